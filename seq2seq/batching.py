@@ -1,0 +1,133 @@
+"""Token-budget batches from length-sorted pairs; padding and attention masks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+
+
+@dataclass
+class Batch:
+    """Padded source and target tensors with their masks (True = a real token may be attended)."""
+
+    src: torch.Tensor  # [B, S] source ids, EOS-terminated, PAD-padded
+    tgt_in: torch.Tensor  # [B, T] BOS + target: the decoder's input
+    tgt_out: torch.Tensor  # [B, T] target + EOS: what it must predict (PAD where padded)
+    src_mask: torch.Tensor  # [B, S] key-padding mask for encoder and cross-attention
+    tgt_mask: torch.Tensor  # [B, T, T] no-peek mask combined with target padding
+
+    @property
+    def ntokens(self) -> int:
+        """Real target tokens, the unit the loss is normalised by."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device) -> Batch:
+        non_blocking = device.type == "cuda"
+        return Batch(*(t.to(device, non_blocking=non_blocking) for t in self._tensors()))
+
+    def pin_memory(self) -> Batch:
+        return Batch(*(t.pin_memory() for t in self._tensors()))
+
+    def _tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.src, self.tgt_in, self.tgt_out, self.src_mask, self.tgt_mask)
+
+
+def pad(
+    seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
+) -> torch.Tensor:
+    """Right-pad id sequences into a [B, L] tensor, optionally adding a first/last id to each."""
+    extra = (prefix is not None) + (suffix is not None)
+    width = max(len(s) for s in seqs) + extra
+    out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
+    start = 1 if prefix is not None else 0
+    for row, s in zip(out, seqs):
+        n = len(s)
+        if prefix is not None:
+            row[0] = prefix
+        row[start : start + n] = s
+        if suffix is not None:
+            row[start + n] = suffix
+    return torch.from_numpy(out)
+
+
+def padding_mask(ids: torch.Tensor) -> torch.Tensor:
+    """[B, L] True where the token is real (not padding)."""
+    return ids != PAD_ID
+
+
+def no_peek_mask(tgt_in: torch.Tensor) -> torch.Tensor:
+    """[B, T, T]: query t may attend key u only if u <= t and u is not padding."""
+    t = tgt_in.size(1)
+    causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()
+    return causal.unsqueeze(0) & padding_mask(tgt_in).unsqueeze(1)
+
+
+def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
+    """Pad a list of (EOS-terminated source, bare target) pairs into a Batch."""
+    src = pad(src_ids)
+    tgt_in = pad(tgt_ids, prefix=BOS_ID)
+    tgt_out = pad(tgt_ids, suffix=EOS_ID)
+    return Batch(src, tgt_in, tgt_out, padding_mask(src), no_peek_mask(tgt_in))
+
+
+def token_budget_batches(
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    max_tokens: int,
+    rng: np.random.Generator | None = None,
+) -> list[np.ndarray]:
+    """Group indices into batches of at most `max_tokens` padded tokens (sentences × longest side).
+
+    Pairs are sorted by length so each batch holds pairs of nearly equal length (little padding);
+    with an `rng`, equal-length pairs are broken in random order and the batch order is shuffled.
+    """
+    src_lens = np.asarray(src_lens)
+    tgt_lens = np.asarray(tgt_lens)
+    n = len(src_lens)
+    perm = rng.permutation(n) if rng is not None else np.arange(n)
+    order = perm[np.lexsort((src_lens[perm], tgt_lens[perm]))]
+    longest_side = np.maximum(src_lens, tgt_lens)[order].tolist()
+
+    cuts = [0]
+    longest = 0
+    for i, length in enumerate(longest_side):
+        grown = max(longest, length)
+        if (i - cuts[-1] + 1) * grown > max_tokens and i > cuts[-1]:
+            cuts.append(i)
+            longest = length
+        else:
+            longest = grown
+    cuts.append(n)
+    batches = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    if rng is not None:
+        batches = [batches[j] for j in rng.permutation(len(batches))]
+    return batches
+
+
+def epoch_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int
+) -> list[np.ndarray]:
+    """One epoch's batches: a pure function of (seed, epoch), so a resumed run sees the same."""
+    rng = np.random.default_rng([seed, epoch])
+    return token_budget_batches(src_lens, tgt_lens, max_tokens, rng)
+
+
+def iterate(dataset, batches: Sequence[np.ndarray], start: int = 0) -> Iterator[Batch]:
+    """Collate batches `start…` of a tokenized dataset (columns `src_ids`, `tgt_ids`)."""
+    for idx in batches[start:]:
+        rows = dataset[idx.tolist()]
+        yield collate(rows["src_ids"], rows["tgt_ids"])
+
+
+def padding_ratio(batches: Sequence[Batch]) -> float:
+    """Fraction of padding among all source and target positions."""
+    real = total = 0
+    for b in batches:
+        real += int(b.src_mask.sum()) + int((b.tgt_out != PAD_ID).sum())
+        total += b.src.numel() + b.tgt_out.numel()
+    return 1.0 - real / total if total else 0.0

@@ -1,0 +1,152 @@
+"""Checkpoints: weights in safetensors, trainer state via `torch.load(weights_only=True)`.
+
+Every file is written to a temporary name and moved into place with `os.replace`, and a step's
+weights are written after its state, so a crash at any moment leaves only complete checkpoints.
+Loading never unpickles arbitrary objects, so a checkpoint from elsewhere cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_model, save_model
+from torch import nn
+
+from .errors import UserError
+
+CHECKPOINT_DIR = "checkpoints"
+BEST = "best"
+_STEP = re.compile(r"^step_(\d+)\.safetensors$")
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A saved step: its weights file and (for step checkpoints) its trainer-state file."""
+
+    step: int
+    weights: Path
+    state: Path | None
+
+
+def checkpoint_dir(run_dir: Path) -> Path:
+    return Path(run_dir) / CHECKPOINT_DIR
+
+
+def _atomic(path: Path, write: Callable[[str], None]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(str(tmp))
+    with open(tmp, "rb") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def save_checkpoint(
+    run_dir: Path, step: int, model: nn.Module, state: dict[str, Any]
+) -> Checkpoint:
+    """Write the trainer state, then the weights, of `step`; return the new checkpoint."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:08d}"
+    weights, state_path = folder / f"{name}.safetensors", folder / f"{name}.state.pt"
+    _atomic(state_path, lambda tmp: torch.save(state, tmp))
+    _atomic(weights, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    return Checkpoint(step, weights, state_path)
+
+
+def save_best(run_dir: Path, step: int, model: nn.Module, bleu: float) -> Path:
+    """Write the weights as the best checkpoint so far, with its step and score beside it."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{BEST}.safetensors"
+    _atomic(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    info = json.dumps({"step": step, "bleu": bleu})
+    _atomic(folder / f"{BEST}.json", lambda tmp: Path(tmp).write_text(info + "\n"))
+    return path
+
+
+def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
+    """Complete step checkpoints (weights and state both present), oldest first."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    found = []
+    for path in folder.iterdir():
+        m = _STEP.match(path.name)
+        state = path.with_name(path.name.replace(".safetensors", ".state.pt"))
+        if m and state.is_file():
+            found.append(Checkpoint(int(m.group(1)), path, state))
+    return sorted(found, key=lambda c: c.step)
+
+
+def latest_checkpoint(run_dir: Path) -> Checkpoint | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def best_or_latest(run_dir: Path) -> Path | None:
+    """The weights a finished run should translate with: best by validation BLEU, else latest."""
+    best = checkpoint_dir(run_dir) / f"{BEST}.safetensors"
+    if best.is_file():
+        return best
+    latest = latest_checkpoint(run_dir)
+    return latest.weights if latest else None
+
+
+def prune(run_dir: Path, keep_last: int) -> None:
+    """Delete all but the newest `keep_last` step checkpoints (the best one is separate)."""
+    for ckpt in list_checkpoints(run_dir)[:-keep_last]:
+        ckpt.weights.unlink(missing_ok=True)
+        if ckpt.state is not None:
+            ckpt.state.unlink(missing_ok=True)
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """Load safetensors weights into `model`, explaining any shape or name mismatch."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+    except Exception as e:  # safetensors raises several types for truncated/corrupt files
+        raise UserError(
+            f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"
+        ) from None
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    problems = [
+        f"{k}: checkpoint has {list(shapes[k])}, model expects {list(expected[k])}"
+        for k in shapes
+        if k in expected and shapes[k] != expected[k]
+    ]
+    problems += [f"{k}: not a parameter of this model" for k in shapes if k not in expected]
+    if problems:
+        more = f"\n  … and {len(problems) - 5} more" if len(problems) > 5 else ""
+        raise UserError(
+            f"{path} does not fit this model (trained with another vocabulary or shape?):\n  "
+            + "\n  ".join(problems[:5])
+            + more
+        )
+    try:
+        load_model(model, str(path), strict=True, device=str(_device_of(model)))
+    except RuntimeError as e:
+        raise UserError(f"{path} does not fit this model: {e}") from None
+
+
+def _device_of(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def load_state(path: Path) -> dict[str, Any]:
+    """Trainer state saved by `save_checkpoint`; refuses anything but tensors and plain data."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # pickle errors, refused globals, truncation
+        raise UserError(f"cannot load trainer state {path}: {e}") from None

@@ -1,0 +1,311 @@
+"""Typed configuration: YAML validated into pydantic models, `--set a.b=c` overrides."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ConfigError, UserError
+
+PositiveInt = Annotated[int, Field(gt=0)]
+Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
+
+CONFIG_NAME = "config.yaml"
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo in a config must not silently train the wrong model.
+    model_config = ConfigDict(extra="forbid")
+
+
+class CorpusConfig(_Strict):
+    """One split of a parallel corpus: hub dataset, line-aligned files, TSV or JSON lines."""
+
+    hub: str | None = Field(None, description="Hugging Face hub dataset name, e.g. `wmt14`.")
+    hub_config: str | None = Field(None, description="Hub dataset configuration, e.g. `fr-en`.")
+    split: str | None = Field(None, description="Hub split: `train`, `validation`, `test`.")
+    src: Path | None = Field(None, description="Source-language text file, one sentence a line.")
+    tgt: Path | None = Field(None, description="Target-language text file, line-aligned with src.")
+    tsv: Path | None = Field(None, description="Tab-separated file: `source<TAB>target` a line.")
+    jsonl: Path | None = Field(
+        None,
+        description='JSON-lines file: `{"translation": {"en": …, "fr": …}}` or '
+        '`{"en": …, "fr": …}` a line.',
+    )
+    max_pairs: PositiveInt | None = Field(None, description="Keep only the first N pairs.")
+
+    @model_validator(mode="after")
+    def _exactly_one_source(self) -> CorpusConfig:
+        given = [k for k in ("hub", "tsv", "jsonl") if getattr(self, k) is not None]
+        if self.src is not None or self.tgt is not None:
+            if self.src is None or self.tgt is None:
+                raise ValueError("`src` and `tgt` must be given together")
+            given.append("src/tgt")
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one corpus source: `hub`, `src` + `tgt`, `tsv` or `jsonl`"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
+        if self.hub is None and (self.hub_config or self.split):
+            raise ValueError("`hub_config` and `split` only apply to a `hub` corpus")
+        return self
+
+    def files(self) -> dict[str, Path]:
+        """The local files this corpus reads, by key."""
+        keys = ("src", "tgt", "tsv", "jsonl")
+        return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
+
+    def describe(self) -> str:
+        """A short human description: the hub name or the file names."""
+        if self.hub:
+            parts = [self.hub, self.hub_config, self.split]
+            return "hub:" + "/".join(p for p in parts if p)
+        return " + ".join(str(p) for p in self.files().values())
+
+
+class DataConfig(_Strict):
+    """Where the parallel corpus comes from and how it is filtered."""
+
+    src_lang: str = Field("en", description="Source language code (key in hub/JSON records).")
+    tgt_lang: str = Field("fr", description="Target language code.")
+    train: CorpusConfig
+    valid: CorpusConfig | None = None
+    test: CorpusConfig | None = None
+    max_len: PositiveInt = Field(
+        256, description="Pairs with a side longer than this many subword tokens are dropped."
+    )
+    num_proc: PositiveInt = Field(1, description="Processes for tokenizing with `datasets.map`.")
+
+
+class TokenizerConfig(_Strict):
+    """SentencePiece model trained on the training split on first use."""
+
+    type: Literal["unigram", "bpe"] = "unigram"
+    vocab_size: PositiveInt = 8000
+    joint: bool = Field(True, description="One vocabulary for both languages (allows tying).")
+    character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    max_sentences: PositiveInt = Field(
+        2_000_000, description="Sentences sampled from the training split to train SentencePiece."
+    )
+
+
+class ModelConfig(_Strict):
+    """Encoder-decoder Transformer shape (Vaswani et al. 2017, base model by default)."""
+
+    d_model: PositiveInt = 512
+    heads: PositiveInt = 8
+    encoder_layers: PositiveInt = 6
+    decoder_layers: PositiveInt = 6
+    ffn_dim: PositiveInt = 2048
+    dropout: Probability = 0.1
+    attention_dropout: Probability = 0.0
+    norm_first: bool = Field(
+        False, description="Pre-norm layers (post-norm, as the paper, if false)."
+    )
+    tie_embeddings: bool = Field(
+        True,
+        description="Share target embeddings with the output layer (and the source "
+        "embeddings too when the vocabulary is joint).",
+    )
+    max_positions: PositiveInt = 1024
+
+    @model_validator(mode="after")
+    def _heads_divide_d_model(self) -> ModelConfig:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
+        if self.d_model % 2:
+            raise ValueError(f"d_model ({self.d_model}) must be even for sinusoidal positions")
+        return self
+
+
+class TrainConfig(_Strict):
+    """Optimisation, schedule, validation and checkpointing."""
+
+    max_tokens: PositiveInt = Field(
+        4096, description="Token budget of a batch: sentences × longest side, padding included."
+    )
+    max_steps: PositiveInt = 100_000
+    max_epochs: PositiveInt | None = None
+    lr: Annotated[float, Field(gt=0.0)] = Field(7e-4, description="Peak learning rate.")
+    warmup_steps: Annotated[int, Field(ge=0)] = 4000
+    betas: tuple[Probability, Probability] = (0.9, 0.98)
+    eps: Annotated[float, Field(gt=0.0)] = 1e-9
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
+    label_smoothing: Probability = 0.1
+    clip_norm: Annotated[float, Field(ge=0.0)] = Field(1.0, description="0 turns clipping off.")
+    seed: int = 1
+    log_every: PositiveInt = 100
+    eval_every: PositiveInt = 1000
+    save_every: PositiveInt = 1000
+    keep_last: PositiveInt = Field(5, description="Step checkpoints kept on disk.")
+    valid_bleu_sentences: Annotated[int, Field(ge=0)] = Field(
+        500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
+    )
+    device: str = Field("auto", description="`auto` (CUDA when present), `cpu`, `cuda`, `cuda:N`.")
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
+        "auto", description="`auto`: bf16 on CUDA when supported, else fp16; fp32 on CPU."
+    )
+    threads: PositiveInt | None = Field(None, description="CPU threads for torch (default: all).")
+
+
+class DecodeConfig(_Strict):
+    """Decoding settings used by validation, `evaluate` and `translate`."""
+
+    max_len_a: Annotated[float, Field(ge=0.0)] = Field(
+        1.0, description="Output length cap is `a × source length + b` tokens."
+    )
+    max_len_b: Annotated[int, Field(ge=0)] = 50
+    batch_size: PositiveInt = Field(64, description="Sentences decoded together.")
+
+
+class Config(_Strict):
+    """A whole experiment."""
+
+    run_dir: Path = Field(Path("runs/default"), description="Where the run's files are written.")
+    data: DataConfig
+    tokenizer: TokenizerConfig = TokenizerConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    decode: DecodeConfig = DecodeConfig()
+
+    @model_validator(mode="after")
+    def _lengths_fit(self) -> Config:
+        if self.data.max_len + 1 > self.model.max_positions:
+            raise ValueError(
+                f"data.max_len ({self.data.max_len}) + 1 must not exceed model.max_positions "
+                f"({self.model.max_positions})"
+            )
+        if self.data.max_len > self.train.max_tokens:
+            raise ValueError(
+                f"data.max_len ({self.data.max_len}) must not exceed train.max_tokens "
+                f"({self.train.max_tokens}): a longest pair must fit in a batch"
+            )
+        return self
+
+
+def load_config(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read a YAML config, apply `a.b=value` overrides and validate it."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read config file {path}: {e}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        where = ""
+        mark = getattr(e, "problem_mark", None)
+        if mark is not None:
+            where = f" (line {mark.line + 1}, column {mark.column + 1})"
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of sections, not a list/value")
+    for item in overrides:
+        apply_override(data, item)
+    return validate_config(data, source=str(path))
+
+
+def validate_config(data: dict[str, Any], source: str) -> Config:
+    """Validate a plain dict into a Config, naming each bad key path in the error."""
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: invalid config:\n" + _format_errors(e)) from None
+
+
+def _format_errors(e: ValidationError) -> str:
+    lines = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        kind = err["type"]
+        if kind == "extra_forbidden":
+            msg = "unknown key"
+        elif kind == "missing":
+            msg = "required key is missing"
+        else:
+            msg = err["msg"].removeprefix("Value error, ")
+            if "input" in err and not isinstance(err["input"], dict):
+                msg += f" (got {err['input']!r})"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def apply_override(data: dict[str, Any], item: str) -> None:
+    """Set `a.b.c=value` in a nested dict; the value is parsed as YAML (so 100 is an int)."""
+    key, sep, raw = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects key.path=value, got {item!r}")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw
+    parts = key.strip().split(".")
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if child is None:
+            child = node[part] = {}
+        if not isinstance(child, dict):
+            raise ConfigError(f"--set {item}: {'.'.join(parts[: i + 1])} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def missing_files(cfg: Config) -> list[str]:
+    """Corpus files named in the config that do not exist, as `key.path: file` lines."""
+    problems = []
+    for split in ("train", "valid", "test"):
+        corpus = getattr(cfg.data, split)
+        if corpus is None:
+            continue
+        for key, file in corpus.files().items():
+            if not file.is_file():
+                problems.append(f"data.{split}.{key}: file not found: {file}")
+    return problems
+
+
+def check_files(cfg: Config, source: str) -> None:
+    """Fail with one message listing every missing corpus file."""
+    problems = missing_files(cfg)
+    if problems:
+        raise ConfigError(f"{source}: " + "\n  ".join(problems))
+
+
+def resolved(cfg: Config) -> Config:
+    """A copy whose paths are absolute, so the saved config works from any directory."""
+    data = cfg.model_dump()
+    data["run_dir"] = cfg.run_dir.resolve()
+    for split in ("train", "valid", "test"):
+        corpus = data["data"][split]
+        if corpus is None:
+            continue
+        for key in ("src", "tgt", "tsv", "jsonl"):
+            if corpus[key] is not None:
+                corpus[key] = Path(corpus[key]).resolve()
+    return Config.model_validate(data)
+
+
+def save_config(cfg: Config, path: Path) -> None:
+    """Write the config as YAML (atomically)."""
+    text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_run_config(run_dir: Path) -> Config:
+    """The resolved config saved in a run directory."""
+    path = Path(run_dir) / CONFIG_NAME
+    if not Path(run_dir).is_dir():
+        raise UserError(f"run directory not found: {run_dir}")
+    if not path.is_file():
+        raise UserError(f"{run_dir} is not a run directory (no {CONFIG_NAME}); train into it first")
+    return load_config(path)

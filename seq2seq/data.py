@@ -1,0 +1,267 @@
+"""Parallel corpora through `datasets`: hub sets, line-aligned files, TSV, JSON lines; filtering."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import datasets
+
+from .config import CorpusConfig
+from .errors import UserError
+from .tokenizer import Tokenizer, model_paths
+
+FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+_FORMAT_VERSION = "1"  # bump when the parsing below changes, to invalidate cached corpora
+
+
+def load_corpus(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Dataset:
+    """A Dataset with string columns `src` and `tgt`, memory-mapped from the datasets cache."""
+    if spec.hub:
+        ds = _load_hub(spec, src_lang, tgt_lang)
+    else:
+        files = list(spec.files().items())
+        for key, path in files:
+            if not path.is_file():
+                raise UserError(f"corpus file not found ({key}): {path}")
+        reader = {"src": _read_aligned, "tsv": _read_tsv, "jsonl": _read_jsonl}[files[0][0]]
+        paths = tuple(str(p) for _, p in files)  # a list would be split into shards
+        try:
+            ds = datasets.Dataset.from_generator(
+                reader,
+                features=FEATURES,
+                gen_kwargs={"paths": paths, "src_lang": src_lang, "tgt_lang": tgt_lang},
+                fingerprint=_content_fingerprint(paths, src_lang, tgt_lang),
+            )
+        except datasets.exceptions.DatasetGenerationError as e:
+            # Our readers raise UserError with file and line; datasets wraps it.
+            cause = e.__cause__
+            if isinstance(cause, UserError):
+                raise cause from None
+            raise
+    if spec.max_pairs is not None and spec.max_pairs < len(ds):
+        ds = ds.select(range(spec.max_pairs))
+    return ds
+
+
+def _content_fingerprint(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{_FORMAT_VERSION}|{src_lang}|{tgt_lang}|{len(paths)}".encode())
+    for p in paths:
+        with open(p, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        h.update(b"\0file\0")
+    return h.hexdigest()
+
+
+def decode_line(raw: bytes, name: str, lineno: int) -> str:
+    """A line's text without its line ending; invalid UTF-8 names the file and line."""
+    try:
+        return raw.decode("utf-8").rstrip("\r\n")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{name}, line {lineno}: invalid UTF-8 (byte {e.start})") from None
+
+
+def read_lines(path: Path) -> list[str]:
+    """All lines of a UTF-8 text file."""
+    try:
+        with open(path, "rb") as f:
+            return [decode_line(raw, str(path), n) for n, raw in enumerate(f, 1)]
+    except FileNotFoundError:
+        raise UserError(f"file not found: {path}") from None
+
+
+def _count_rest(f, counted: int) -> int:
+    return counted + sum(1 for _ in f)
+
+
+def _read_aligned(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
+    src_path, tgt_path = paths
+    with open(src_path, "rb") as fs, open(tgt_path, "rb") as ft:
+        n = 0
+        while True:
+            a, b = fs.readline(), ft.readline()
+            if not a or not b:
+                if a or b:
+                    # One file ended early: count both fully so the message names both lengths.
+                    n_src = _count_rest(fs, n + bool(a))
+                    n_tgt = _count_rest(ft, n + bool(b))
+                    raise UserError(
+                        f"parallel files differ in length: {src_path} has {n_src} lines, "
+                        f"{tgt_path} has {n_tgt}"
+                    )
+                return
+            n += 1
+            yield {
+                "src": decode_line(a, src_path, n).strip(),
+                "tgt": decode_line(b, tgt_path, n).strip(),
+            }
+
+
+def _read_tsv(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
+    (path,) = paths
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = decode_line(raw, path, n)
+            if not line.strip():
+                yield {"src": "", "tgt": ""}  # counted and dropped as empty
+                continue
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise UserError(
+                    f"{path}, line {n}: expected 2 tab-separated fields, found {len(fields)}"
+                )
+            yield {"src": fields[0].strip(), "tgt": fields[1].strip()}
+
+
+def _read_jsonl(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
+    (path,) = paths
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, 1):
+            line = decode_line(raw, path, n)
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise UserError(f"{path}, line {n}: invalid JSON: {e.msg}") from None
+            if isinstance(record, dict) and isinstance(record.get("translation"), dict):
+                record = record["translation"]
+            if not isinstance(record, dict) or src_lang not in record or tgt_lang not in record:
+                raise UserError(
+                    f"{path}, line {n}: expected an object with keys {src_lang!r} and "
+                    f'{tgt_lang!r} (optionally under "translation")'
+                )
+            src, tgt = record[src_lang], record[tgt_lang]
+            if not isinstance(src, str) or not isinstance(tgt, str):
+                raise UserError(f"{path}, line {n}: {src_lang!r} and {tgt_lang!r} must be strings")
+            yield {"src": src.strip(), "tgt": tgt.strip()}
+
+
+def _load_hub(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Dataset:
+    try:
+        ds = datasets.load_dataset(spec.hub, spec.hub_config, split=spec.split or "train")
+    except Exception as e:  # network, missing dataset, bad config name: all the user's to fix
+        raise UserError(f"cannot load hub dataset {spec.describe()}: {e}") from None
+    columns = ds.column_names
+    if "translation" in columns:
+        first = ds[0]["translation"] if len(ds) else {src_lang: "", tgt_lang: ""}
+        if src_lang not in first or tgt_lang not in first:
+            raise UserError(
+                f"hub dataset {spec.describe()} has languages {sorted(first)}, "
+                f"not {src_lang!r} and {tgt_lang!r}"
+            )
+
+        def pick(batch):
+            pairs = batch["translation"]
+            return {
+                "src": [p[src_lang].strip() for p in pairs],
+                "tgt": [p[tgt_lang].strip() for p in pairs],
+            }
+
+        return ds.map(pick, batched=True, remove_columns=columns, features=FEATURES)
+    if src_lang in columns and tgt_lang in columns:
+        ds = ds.select_columns([src_lang, tgt_lang]).rename_columns(
+            {src_lang: "src", tgt_lang: "tgt"}
+        )
+        return ds.cast(FEATURES)
+    raise UserError(
+        f"hub dataset {spec.describe()} has columns {columns}; expected `translation` "
+        f"or {src_lang!r} and {tgt_lang!r}"
+    )
+
+
+@dataclass
+class FilterReport:
+    """How many pairs a split had and why some were dropped."""
+
+    read: int
+    empty: int
+    too_long: int
+
+    @property
+    def kept(self) -> int:
+        return self.read - self.empty - self.too_long
+
+    def __str__(self) -> str:
+        return (
+            f"{self.read} pairs read, {self.kept} kept "
+            f"(dropped: {self.empty} empty, {self.too_long} longer than the maximum)"
+        )
+
+
+def drop_empty(ds: datasets.Dataset) -> tuple[datasets.Dataset, int]:
+    """Remove pairs with an empty side."""
+    kept = ds.filter(
+        lambda src, tgt: [bool(s and t) for s, t in zip(src, tgt)],
+        input_columns=["src", "tgt"],
+        batched=True,
+    )
+    return kept, len(ds) - len(kept)
+
+
+class _Encode:
+    """Picklable batch encoder for `datasets.map` (worker processes load the models themselves)."""
+
+    def __init__(self, run_dir: str, joint: bool):
+        self.run_dir, self.joint = run_dir, joint
+        self._tok: Tokenizer | None = None
+
+    def __call__(self, batch: dict[str, list[str]]) -> dict[str, list]:
+        if self._tok is None:
+            from .tokenizer import load_tokenizer
+
+            self._tok = load_tokenizer(Path(self.run_dir), self.joint)
+        src = self._tok.encode_src(batch["src"])
+        tgt = self._tok.encode_tgt(batch["tgt"])
+        return {
+            "src_ids": src,
+            "tgt_ids": tgt,
+            "src_len": [len(s) for s in src],
+            "tgt_len": [len(t) + 1 for t in tgt],  # decoder sees BOS+tgt and predicts tgt+EOS
+        }
+
+
+TOKEN_FEATURES = datasets.Features(
+    {
+        "src": datasets.Value("string"),
+        "tgt": datasets.Value("string"),
+        "src_ids": datasets.List(datasets.Value("int32")),
+        "tgt_ids": datasets.List(datasets.Value("int32")),
+        "src_len": datasets.Value("int32"),
+        "tgt_len": datasets.Value("int32"),
+    }
+)
+
+
+def tokenize(
+    ds: datasets.Dataset, run_dir: Path, joint: bool, max_len: int, num_proc: int = 1
+) -> tuple[datasets.Dataset, FilterReport]:
+    """Drop empty pairs, add token ids and lengths, drop pairs longer than `max_len` tokens."""
+    read = len(ds)
+    ds, empty = drop_empty(ds)
+    src_model, tgt_model = model_paths(run_dir, joint)
+    h = hashlib.blake2b(digest_size=16)
+    h.update(ds._fingerprint.encode())
+    for p in (src_model, tgt_model):
+        h.update(p.read_bytes())
+    ds = ds.map(
+        _Encode(str(run_dir), joint),
+        batched=True,
+        batch_size=2000,
+        num_proc=num_proc if num_proc > 1 else None,
+        features=TOKEN_FEATURES,
+        new_fingerprint=h.hexdigest(),
+        desc="tokenizing",
+    )
+    before = len(ds)
+    ds = ds.filter(
+        lambda src_len, tgt_len: [s <= max_len and t <= max_len for s, t in zip(src_len, tgt_len)],
+        input_columns=["src_len", "tgt_len"],
+        batched=True,
+    )
+    return ds, FilterReport(read=read, empty=empty, too_long=before - len(ds))

@@ -1,0 +1,262 @@
+"""The encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need".
+
+Section numbers (§) refer to the paper. Masks are boolean, True where attention is allowed:
+`src_mask` [B, S] marks real source tokens; `tgt_mask` [B, T, T] is the no-peek mask combined
+with target padding (see batching.py). The decoder returns logits; softmax lives in the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+from .tokenizer import PAD_ID
+
+
+def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
+    """§3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same)."""
+    pos = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # already 2i: do not double it
+    angle = pos / torch.pow(10000.0, two_i / d_model)
+    pe = torch.zeros(length, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(angle)
+    pe[:, 1::2] = torch.cos(angle)
+    return pe.float()
+
+
+def attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, dropout: float = 0.0
+) -> torch.Tensor:
+    """§3.2.1 scaled dot-product attention; `mask` [B, 1, Tq|1, Tk] is True where allowed.
+
+    A boolean mask makes SDPA add -inf to disallowed scores, so they get exactly zero weight.
+    """
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+
+
+class MultiHeadAttention(nn.Module):
+    """§3.2.2: h heads of attention over learned projections, concatenated and projected."""
+
+    def __init__(self, d_model: int, heads: int, dropout: float, cross: bool = False):
+        super().__init__()
+        self.heads, self.d_model, self.dropout = heads, d_model, dropout
+        if cross:  # queries from the decoder, keys/values from the encoder output
+            self.q_proj = nn.Linear(d_model, d_model)
+            self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        else:  # one matmul for q, k and v
+            self.qkv_proj = nn.Linear(d_model, 3 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if memory is None:
+            q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
+        else:
+            q = self.q_proj(x)
+            k, v = self.kv_proj(memory).split(self.d_model, dim=-1)
+        y = attend(
+            self._split_heads(q),
+            self._split_heads(k),
+            self._split_heads(v),
+            mask.unsqueeze(1),  # broadcast over heads
+            self.dropout if self.training else 0.0,
+        )
+        b, _, t, _ = y.shape
+        return self.out_proj(y.transpose(1, 2).reshape(b, t, self.d_model))
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.d_model // self.heads).transpose(1, 2)
+
+
+class FeedForward(nn.Module):
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+
+    def __init__(self, d_model: int, ffn_dim: int):
+        super().__init__()
+        self.up = nn.Linear(d_model, ffn_dim)
+        self.down = nn.Linear(ffn_dim, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(F.relu(self.up(x)))
+
+
+class Residual(nn.Module):
+    """§5.4: LayerNorm(x + Dropout(Sublayer(x))); pre-norm: x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, d_model: int, dropout: float, norm_first: bool):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: torch.Tensor, sublayer: Callable[[torch.Tensor], torch.Tensor]):
+        if self.norm_first:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+class EncoderLayer(nn.Module):
+    """§3.1: self-attention then feed-forward, each in a residual block."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim)
+        self.attn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(self, x: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        key_mask = src_mask.unsqueeze(1)  # [B, 1, S]: every query sees every real key
+        x = self.attn_block(x, lambda h: self.self_attn(h, key_mask))
+        return self.ffn_block(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    """§3.1: masked self-attention, attention over the encoder output, feed-forward."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
+        self.cross_attn = MultiHeadAttention(
+            cfg.d_model, cfg.heads, cfg.attention_dropout, cross=True
+        )
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim)
+        self.self_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.cross_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+        self.ffn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        x = self.self_block(x, lambda h: self.self_attn(h, tgt_mask))
+        # The queries are the self-attention block's output, not the layer's input.
+        x = self.cross_block(x, lambda h: self.cross_attn(h, src_mask.unsqueeze(1), memory))
+        return self.ffn_block(x, self.ffn)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; `forward` returns logits over the target vocabulary."""
+
+    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool):
+        super().__init__()
+        self.cfg = cfg
+        d = cfg.d_model
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD_ID)
+        # §3.4: one weight matrix for both embeddings and the pre-softmax projection.
+        share_src = cfg.tie_embeddings and joint_vocab and src_vocab == tgt_vocab
+        self.tgt_embed = (
+            self.src_embed if share_src else nn.Embedding(tgt_vocab, d, padding_idx=PAD_ID)
+        )
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        # Pre-norm stacks end without a norm; add one so outputs are normalised as in post-norm.
+        self.encoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.decoder_norm = nn.LayerNorm(d) if cfg.norm_first else nn.Identity()
+        self.output = nn.Linear(d, tgt_vocab, bias=False)
+        if cfg.tie_embeddings:
+            self.output.weight = self.tgt_embed.weight
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.register_buffer(
+            "positions", sinusoidal_positions(cfg.max_positions, d), persistent=False
+        )
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        d = self.cfg.d_model
+        fused = {
+            id(proj)
+            for m in self.modules()
+            if isinstance(m, MultiHeadAttention)
+            for proj in (getattr(m, "qkv_proj", None), getattr(m, "kv_proj", None))
+            if proj is not None
+        }
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.output:
+                # Fused q/k/v projections start as their d_model-sized parts would alone.
+                parts = module.weight.split(d, dim=0) if id(module) in fused else [module.weight]
+                for part in parts:
+                    nn.init.xavier_uniform_(part)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        if not self.cfg.tie_embeddings:
+            nn.init.normal_(self.output.weight, mean=0.0, std=d**-0.5)
+        for emb in {self.src_embed, self.tgt_embed}:
+            # Scaled by √d_model on the way in, so this keeps embeddings and positions comparable.
+            nn.init.normal_(emb.weight, mean=0.0, std=d**-0.5)
+            with torch.no_grad():
+                emb.weight[PAD_ID].zero_()
+
+    def embed(self, embedding: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        """§3.4 + §3.5: embeddings × √d_model plus sinusoidal positions, then dropout."""
+        length = ids.size(1)
+        if offset + length > self.cfg.max_positions:
+            raise ValueError(
+                f"sequence of {offset + length} tokens exceeds max_positions "
+                f"({self.cfg.max_positions})"
+            )
+        x = embedding(ids) * math.sqrt(self.cfg.d_model)
+        return self.dropout(x + self.positions[offset : offset + length])
+
+    def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        """Encoder output ("memory") [B, S, d_model]."""
+        x = self.embed(self.src_embed, src)
+        for layer in self.encoder_layers:
+            x = layer(x, src_mask)
+        return self.encoder_norm(x)
+
+    def decoder_states(
+        self,
+        tgt_in: torch.Tensor,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Final decoder hidden states [B, T, d_model]."""
+        x = self.embed(self.tgt_embed, tgt_in)
+        for layer in self.decoder_layers:
+            x = layer(x, memory, src_mask, tgt_mask)
+        return self.decoder_norm(x)
+
+    def logits(self, states: torch.Tensor) -> torch.Tensor:
+        """Pre-softmax scores over the target vocabulary."""
+        return self.output(states)
+
+    def forward(
+        self,
+        src: torch.Tensor,
+        tgt_in: torch.Tensor,
+        src_mask: torch.Tensor,
+        tgt_mask: torch.Tensor,
+    ) -> torch.Tensor:
+        memory = self.encode(src, src_mask)
+        return self.logits(self.decoder_states(tgt_in, memory, src_mask, tgt_mask))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, tied weights counted once."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def describe(model: nn.Module) -> list[str]:
+    """One line per distinct parameter shape pattern, layers folded (`layers.*`)."""
+    seen: dict[str, tuple[tuple[int, ...], int]] = {}
+    for name, p in model.named_parameters():
+        parts = ["*" if part.isdigit() else part for part in name.split(".")]
+        key = ".".join(parts)
+        shape, n = seen.get(key, (tuple(p.shape), 0))
+        seen[key] = (shape, n + 1)
+    return [
+        f"{key:<48} {'×'.join(map(str, shape)):>14}" + (f"  (×{n})" if n > 1 else "")
+        for key, (shape, n) in seen.items()
+    ]

@@ -1,0 +1,37 @@
+"""Device and precision, decided once at the top of a job."""
+
+from __future__ import annotations
+
+import torch
+
+from .errors import UserError
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` picks CUDA when present, else CPU; an unavailable device is the user's error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UserError(f"unknown device {name!r} (use auto, cpu, cuda or cuda:N)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"device {name!r} requested but CUDA is not available")
+    return device
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for a precision setting, or None for plain float32."""
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if precision == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if precision == "fp16" and device.type != "cuda":
+        raise UserError("fp16 autocast needs CUDA; use bf16 or fp32 on CPU")
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def set_threads(threads: int | None) -> None:
+    """Limit torch's CPU threads when asked to."""
+    if threads:
+        torch.set_num_threads(threads)

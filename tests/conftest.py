@@ -1,0 +1,50 @@
+"""Shared fixtures. Tests run offline, with their own datasets cache, from a fresh clone."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+# Before anything imports `datasets`: no network, and a cache that is not the user's.
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_CACHE", tempfile.mkdtemp(prefix="seq2seq-test-hf-"))
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from seq2seq.config import ModelConfig  # noqa: E402
+from seq2seq.demo_corpus import generate_pairs  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _seeded():
+    torch.manual_seed(0)
+
+
+@pytest.fixture
+def tiny_model_config() -> ModelConfig:
+    return ModelConfig(
+        d_model=32,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=2,
+        ffn_dim=64,
+        dropout=0.0,
+        max_positions=64,
+    )
+
+
+def write_parallel(folder: Path, name: str, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:
+    """Write pairs as line-aligned `name.en` / `name.fr` files."""
+    src, tgt = folder / f"{name}.en", folder / f"{name}.fr"
+    src.write_text("".join(a + "\n" for a, _ in pairs), encoding="utf-8")
+    tgt.write_text("".join(b + "\n" for _, b in pairs), encoding="utf-8")
+    return src, tgt
+
+
+@pytest.fixture(scope="session")
+def demo_pairs() -> list[tuple[str, str]]:
+    return generate_pairs(2000, seed=7)

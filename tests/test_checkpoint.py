@@ -1,0 +1,86 @@
+"""Checkpoints: safetensors weights, code-free state, atomic files, clear mismatch errors."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+import torch
+
+from seq2seq.checkpoint import (
+    best_or_latest,
+    latest_checkpoint,
+    list_checkpoints,
+    load_state,
+    load_weights,
+    prune,
+    save_best,
+    save_checkpoint,
+)
+from seq2seq.errors import UserError
+from seq2seq.model import Transformer
+
+
+def _model(cfg, vocab=50):
+    return Transformer(cfg, vocab, vocab, joint_vocab=True)
+
+
+def test_weights_round_trip_and_keep_embeddings_tied(tmp_path, tiny_model_config):
+    model = _model(tiny_model_config)
+    ckpt = save_checkpoint(tmp_path, 7, model, {"train": {"step": 7}})
+    other = _model(tiny_model_config)
+    load_weights(other, ckpt.weights)
+    for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert other.output.weight is other.src_embed.weight
+    assert load_state(ckpt.state) == {"train": {"step": 7}}
+
+
+def test_checkpoint_of_another_shape_gets_a_mismatch_message(tmp_path, tiny_model_config):
+    ckpt = save_checkpoint(tmp_path, 1, _model(tiny_model_config, vocab=60), {})
+    with pytest.raises(UserError, match=r"does not fit this model .*another vocabulary or shape"):
+        load_weights(_model(tiny_model_config, vocab=50), ckpt.weights)
+
+
+def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path, tiny_model_config):
+    ckpt = save_checkpoint(tmp_path, 1, _model(tiny_model_config), {})
+    data = ckpt.weights.read_bytes()
+    ckpt.weights.write_bytes(data[: len(data) // 2])
+    with pytest.raises(UserError, match="not a readable checkpoint"):
+        load_weights(_model(tiny_model_config), ckpt.weights)
+
+
+class _RunsCode:
+    def __reduce__(self):
+        return (os.system, ("touch pwned",))
+
+
+def test_state_file_whose_pickle_would_run_code_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "evil.state.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"train": _RunsCode()}, f, protocol=2)
+    with pytest.raises(UserError, match="cannot load trainer state"):
+        load_state(path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_incomplete_checkpoints_are_ignored_and_old_ones_pruned(tmp_path, tiny_model_config):
+    model = _model(tiny_model_config)
+    for step in (10, 20, 30):
+        save_checkpoint(tmp_path, step, model, {})
+    # A crash between the state and the weights leaves a state file alone: not a checkpoint.
+    (tmp_path / "checkpoints" / "step_00000040.state.pt").write_bytes(b"partial")
+    assert latest_checkpoint(tmp_path).step == 30
+    prune(tmp_path, keep_last=2)
+    assert [c.step for c in list_checkpoints(tmp_path)] == [20, 30]
+    assert not list((tmp_path / "checkpoints").glob("*.tmp"))
+
+
+def test_translation_uses_the_best_checkpoint_when_there_is_one(tmp_path, tiny_model_config):
+    model = _model(tiny_model_config)
+    latest = save_checkpoint(tmp_path, 20, model, {})
+    assert best_or_latest(tmp_path) == latest.weights
+    best = save_best(tmp_path, 10, model, bleu=12.5)
+    assert best_or_latest(tmp_path) == best

@@ -1,0 +1,154 @@
+"""The three user commands end to end, through the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Trained for a bounded number of steps on a slice of the demo corpus. An untrained model of this
+# shape scores BLEU < 1 on it (measured); a learning one passes LEARNED_BLEU in these steps.
+TRAIN_STEPS = 600
+LEARNED_BLEU = 30.0
+
+CONFIG = """\
+run_dir: {run}
+data:
+  train: {{src: {data}/train.en, tgt: {data}/train.fr}}
+  valid: {{src: {data}/valid.en, tgt: {data}/valid.fr}}
+  test: {{src: {data}/test.en, tgt: {data}/test.fr}}
+  max_len: 48
+tokenizer: {{vocab_size: 500}}
+model: {{d_model: 96, heads: 4, encoder_layers: 2, decoder_layers: 2, ffn_dim: 256,
+        dropout: 0.0, norm_first: true, max_positions: 96}}
+train: {{max_tokens: 1536, max_steps: {steps}, lr: 2.0e-3, warmup_steps: 150, log_every: 50,
+        eval_every: 300, save_every: 300, valid_bleu_sentences: 100, threads: 2}}
+decode: {{max_len_a: 1.5, max_len_b: 8, batch_size: 200}}
+"""
+
+
+def seq2seq(*args: str, stdin: str | None = None, check: bool = True):
+    """Run `python -m seq2seq ARGS` and return the completed process."""
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "seq2seq", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"seq2seq {' '.join(args)} failed:\n{proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> dict[str, Path]:
+    """A demo-corpus slice and a run trained on it through `seq2seq train`."""
+    root = tmp_path_factory.mktemp("e2e")
+    data, run = root / "data", root / "run"
+    seq2seq("demo-data", str(data), "--train", "8000", "--valid", "200", "--test", "300")
+    config = root / "config.yaml"
+    config.write_text(CONFIG.format(run=run, data=data, steps=TRAIN_STEPS))
+    # Train in two legs to check that --resume continues at the right step.
+    seq2seq("train", "--config", str(config), "--set", f"train.max_steps={TRAIN_STEPS // 2}")
+    seq2seq("train", "--config", str(config), "--resume")
+    return {"root": root, "data": data, "run": run, "config": config}
+
+
+@pytest.mark.slow
+def test_train_learns_and_resumes_at_the_right_step(trained):
+    run = trained["run"]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["step"] for r in records if r["split"] == "train"]
+    assert steps == sorted(set(steps)), "the resumed leg repeated or skipped logged steps"
+    assert steps[-1] == TRAIN_STEPS
+    valid = [r for r in records if r["split"] == "valid"]
+    assert valid[-1]["step"] == TRAIN_STEPS and valid[-1]["bleu"] > LEARNED_BLEU
+    assert (run / "config.yaml").is_file() and (run / "tokenizer" / "spm.model").is_file()
+    assert (run / "checkpoints" / f"step_{TRAIN_STEPS:08d}.safetensors").is_file()
+
+
+@pytest.mark.slow
+def test_train_refuses_to_overwrite_a_run_without_resume(trained):
+    proc = seq2seq("train", "--config", str(trained["config"]), check=False)
+    assert proc.returncode == 1
+    assert "already holds checkpoints" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_evaluate_scores_the_test_split_and_gates_on_min_bleu(trained):
+    run, out = trained["run"], trained["root"] / "eval"
+    proc = seq2seq("evaluate", "--run", str(run), "--split", "test", "--output-dir", str(out))
+    assert "BLEU = " in proc.stdout and "nrefs:1|case:mixed" in proc.stdout
+    assert "chrF2 = " in proc.stdout
+    report = json.loads((out / "test.json").read_text())
+    assert report["bleu"] > LEARNED_BLEU
+    assert report["sentences"] == 300
+    assert len((out / "test.hyp").read_text().splitlines()) == 300
+
+    gate = seq2seq(
+        "evaluate", "--run", str(run), "--output-dir", str(out), "--min-bleu", "101", check=False
+    )
+    assert gate.returncode == 1 and "below --min-bleu" in gate.stderr
+
+
+@pytest.mark.slow
+def test_translate_writes_one_line_per_input_line(trained):
+    lines = ["I have three cats.", "", "   ", "It is a quarter past five.", "We see one red horse."]
+    proc = seq2seq("translate", "--run", str(trained["run"]), stdin="\n".join(lines) + "\n")
+    out = proc.stdout.split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)
+    assert out[1] == "" and out[2] == ""
+    assert all(out[i] for i in (0, 3, 4))
+
+    src = trained["root"] / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    dst = trained["root"] / "out.txt"
+    seq2seq("translate", "--run", str(trained["run"]), "--input", str(src), "--output", str(dst))
+    assert dst.read_text() == proc.stdout
+
+
+def test_help_lists_the_three_commands():
+    proc = seq2seq("--help")
+    for command in ("train", "evaluate", "translate"):
+        assert command in proc.stdout
+
+
+def test_bad_config_exits_2_with_one_message_and_no_traceback(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("data:\n  train: {src: a.en, tgt: a.fr}\nmodel:\n  d_modle: 64\n")
+    proc = seq2seq("train", "--config", str(config), check=False)
+    assert proc.returncode == 2
+    assert "model.d_modle: unknown key" in proc.stderr and str(config) in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_corpus_file_exits_2_naming_key_and_file(tmp_path):
+    config = tmp_path / "cfg.yaml"
+    config.write_text("data:\n  train: {src: nope.en, tgt: nope.fr}\n")
+    proc = seq2seq("train", "--config", str(config), check=False)
+    assert proc.returncode == 2
+    assert "data.train.src: file not found: nope.en" in proc.stderr
+
+
+def test_dry_run_of_the_base_config_prints_the_parameter_count():
+    proc = seq2seq("train", "--config", "configs/en-fr.yaml", "--dry-run")
+    assert "parameters: " in proc.stdout
+    count = int(proc.stdout.split("parameters: ")[1].split()[0].replace(",", ""))
+    # Base model, joint 32k vocabulary, tied embeddings: about 60M parameters.
+    assert 55_000_000 < count < 66_000_000
+    assert "encoder_layers.*.self_attn.qkv_proj.weight" in proc.stdout
+
+
+def test_translate_from_a_folder_that_is_not_a_run_fails_cleanly(tmp_path):
+    proc = seq2seq("translate", "--run", str(tmp_path), stdin="hello\n", check=False)
+    assert proc.returncode == 1
+    assert "is not a run directory" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,58 @@
+"""Label-smoothed loss and the inverse-square-root schedule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.loss import label_smoothed_loss
+from seq2seq.schedule import inverse_sqrt, inverse_sqrt_scheduler
+from seq2seq.tokenizer import PAD_ID
+
+
+def test_padding_positions_add_nothing_to_the_loss():
+    logits = torch.randn(2, 4, 9)
+    target = torch.tensor([[4, 5, 6, 7], [4, 5, PAD_ID, PAD_ID]])
+    full = label_smoothed_loss(logits, target, 0.1)
+    changed = logits.clone()
+    changed[1, 2:] = torch.randn(2, 9) * 100
+    assert torch.allclose(label_smoothed_loss(changed, target, 0.1), full)
+
+
+def test_label_smoothing_mixes_nll_with_uniform_cross_entropy():
+    eps, vocab = 0.1, 9
+    logits = torch.randn(3, vocab)
+    target = torch.tensor([4, 5, 6])
+    logp = logits.log_softmax(-1)
+    nll = -logp.gather(1, target[:, None]).squeeze(1)
+    uniform = -logp.mean(-1)
+    expected = ((1 - eps) * nll + eps * uniform).sum()
+    assert torch.allclose(label_smoothed_loss(logits, target, eps), expected, atol=1e-5)
+
+
+def test_loss_takes_logits_and_applies_softmax_once():
+    logits = torch.randn(2, 9)
+    target = torch.tensor([3, 4])
+    nll = -logits.log_softmax(-1)[[0, 1], target].sum()
+    assert torch.allclose(label_smoothed_loss(logits, target, 0.0), nll, atol=1e-6)
+
+
+def test_learning_rate_warms_up_linearly_then_decays_as_inverse_sqrt():
+    assert inverse_sqrt(1, 100) == pytest.approx(0.01)
+    assert inverse_sqrt(50, 100) == pytest.approx(0.5)
+    assert inverse_sqrt(100, 100) == pytest.approx(1.0)
+    assert inverse_sqrt(400, 100) == pytest.approx(0.5)
+
+
+def test_scheduler_gives_the_first_update_the_first_warmup_rate():
+    param = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.Adam([param], lr=1.0)
+    sched = inverse_sqrt_scheduler(opt, warmup=10)
+    rates = []
+    for _ in range(20):
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert rates[0] == pytest.approx(0.1)
+    assert rates[9] == pytest.approx(1.0)
+    assert rates[19] == pytest.approx((10 / 20) ** 0.5)

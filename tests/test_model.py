@@ -1,0 +1,150 @@
+"""The Transformer, pinned down against the paper and against the traps tutorials fall into."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from seq2seq.batching import no_peek_mask, padding_mask
+from seq2seq.model import Residual, Transformer, attend, sinusoidal_positions
+from seq2seq.tokenizer import PAD_ID
+
+VOCAB = 50
+
+
+def _model(cfg, **overrides) -> Transformer:
+    model = Transformer(cfg.model_copy(update=overrides), VOCAB, VOCAB, joint_vocab=True)
+    return model.eval()
+
+
+def _ids(*rows: list[int]) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([r + [PAD_ID] * (width - len(r)) for r in rows])
+
+
+def test_positional_encoding_equals_the_papers_formula():
+    d_model, length = 16, 40
+    pe = sinusoidal_positions(length, d_model)
+    for pos in range(length):
+        for i in range(d_model // 2):
+            angle = pos / 10000 ** (2 * i / d_model)
+            assert pe[pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+            assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+
+
+def test_padded_keys_get_exactly_zero_attention_weight():
+    # With one-hot values the attention output *is* the weight matrix, so it can be read off.
+    batch, heads, length = 2, 3, 6
+    q = torch.randn(batch, heads, length, 8)
+    k = torch.randn(batch, heads, length, 8)
+    v = torch.eye(length).expand(batch, heads, length, length)
+    ids = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])
+    weights = attend(q, k, v, padding_mask(ids)[:, None, None, :])
+    assert torch.all(weights[1, :, :, 3:] == 0.0)
+    assert torch.allclose(weights.sum(-1), torch.ones(batch, heads, length))
+    assert torch.all(weights[1, :, :, :3] > 0)
+
+
+def test_no_peek_mask_hides_future_and_padded_target_tokens():
+    tgt_in = _ids([1, 7, 8, 9], [1, 7])
+    mask = no_peek_mask(tgt_in)
+    expected_short = torch.tensor(
+        [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0], [1, 1, 0, 0]], dtype=torch.bool
+    )
+    assert torch.equal(mask[0], torch.ones(4, 4, dtype=torch.bool).tril())
+    assert torch.equal(mask[1], expected_short)
+
+
+def test_padding_does_not_change_the_outputs_of_real_positions(tiny_model_config):
+    model = _model(tiny_model_config)
+    long_src, short_src = [5, 6, 7, 8, 9, 10, 2], [11, 12, 2]
+    long_tgt, short_tgt = [1, 20, 21, 22, 23], [1, 24, 25]
+    src, tgt = _ids(long_src, short_src), _ids(long_tgt, short_tgt)
+    batched = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    alone_src, alone_tgt = _ids(short_src), _ids(short_tgt)
+    alone = model(alone_src, alone_tgt, padding_mask(alone_src), no_peek_mask(alone_tgt))
+    assert torch.allclose(batched[1, : len(short_tgt)], alone[0], atol=1e-5)
+
+
+def test_changing_a_future_target_token_leaves_earlier_outputs_unchanged(tiny_model_config):
+    model = _model(tiny_model_config)
+    src = _ids([5, 6, 7, 2])
+    tgt = _ids([1, 10, 11, 12, 13, 14])
+    changed = tgt.clone()
+    changed[0, 4] = 30
+    out = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    out_changed = model(src, changed, padding_mask(src), no_peek_mask(changed))
+    assert torch.equal(out[0, :4], out_changed[0, :4])
+    assert not torch.allclose(out[0, 4:], out_changed[0, 4:])
+
+
+def test_decoder_returns_logits_not_probabilities(tiny_model_config):
+    model = _model(tiny_model_config)
+    src, tgt = _ids([5, 6, 7, 2]), _ids([1, 10, 11])
+    out = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    assert out.shape == (1, 3, VOCAB)
+    assert (out < 0).any(), "probabilities are never negative; logits are"
+    assert not torch.allclose(out.exp().sum(-1), torch.ones(1, 3), atol=1e-3)
+    assert not torch.allclose(out.sum(-1), torch.ones(1, 3), atol=1e-3)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_residual_adds_the_sublayer_output_to_its_input(norm_first):
+    block = Residual(4, dropout=0.0, norm_first=norm_first)
+    x = torch.randn(2, 3, 4)
+    out = block(x, lambda h: torch.full_like(h, 2.0))
+    expected = x + 2.0 if norm_first else block.norm(x + 2.0)
+    assert torch.allclose(out, expected)
+
+
+def test_cross_attention_queries_are_the_self_attention_blocks_output(tiny_model_config):
+    model = _model(tiny_model_config, norm_first=False)
+    layer = model.decoder_layers[0]
+    seen = {}
+    layer.self_block.register_forward_hook(lambda m, i, o: seen.__setitem__("self_out", o))
+    layer.cross_attn.register_forward_hook(lambda m, i, o: seen.__setitem__("cross_in", i[0]))
+    src, tgt = _ids([5, 6, 7, 2]), _ids([1, 10, 11])
+    model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    assert torch.equal(seen["cross_in"], seen["self_out"])
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model(tiny_model_config):
+    model = _model(tiny_model_config)
+    ids = torch.tensor([[7, 8]])
+    expected = model.src_embed(ids) * math.sqrt(32) + sinusoidal_positions(2, 32)
+    assert torch.allclose(model.embed(model.src_embed, ids), expected)
+
+
+def test_joint_vocabulary_ties_source_target_and_output_embeddings(tiny_model_config):
+    model = _model(tiny_model_config)
+    assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
+    separate = Transformer(tiny_model_config, 40, 50, joint_vocab=False)
+    assert separate.tgt_embed.weight is separate.output.weight
+    assert separate.src_embed.weight is not separate.tgt_embed.weight
+
+
+def test_model_follows_dtype_and_device_moves(tiny_model_config):
+    model = _model(tiny_model_config).to(torch.float64)
+    src, tgt = _ids([5, 6, 2]), _ids([1, 9])
+    out = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    assert out.dtype == torch.float64
+
+
+def test_pre_norm_model_trains_on_a_copy_task(tiny_model_config):
+    model = Transformer(
+        tiny_model_config.model_copy(update={"norm_first": True}), VOCAB, VOCAB, True
+    )
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    src = torch.randint(4, VOCAB, (16, 6))
+    tgt_in = torch.cat([torch.ones(16, 1, dtype=torch.long), src[:, :-1]], dim=1)
+    losses = []
+    for _ in range(60):
+        logits = model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), src.flatten())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]
