@@ -25,7 +25,6 @@ app = typer.Typer(
 )
 
 log = logging.getLogger("seq2seq")
-_debug = False
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,11 +51,11 @@ def _user_errors(fn: F) -> F:
     """Turn a UserError into one line on stderr and its exit code (a traceback with --debug)."""
 
     @wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(ctx: typer.Context, *args, **kwargs):
         try:
-            return fn(*args, **kwargs)
+            return fn(ctx, *args, **kwargs)
         except UserError as e:
-            if _debug:
+            if _options(ctx).get("debug"):
                 traceback.print_exc()
             print(f"error: {e}", file=sys.stderr)
             raise typer.Exit(e.exit_code) from None
@@ -67,6 +66,11 @@ def _user_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _options(ctx: typer.Context) -> dict[str, Any]:
+    """Global options (--debug, --quiet) the callback stored on the root context."""
+    return ctx.find_root().obj or {}
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"seq2seq {__version__}")
@@ -75,14 +79,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     debug: Annotated[bool, typer.Option(help="Show tracebacks for errors.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
-    global _debug
-    _debug = debug
+    ctx.obj = {"debug": debug, "quiet": quiet}
     _setup_logging(quiet)
     if quiet or not sys.stderr.isatty():
         # datasets' per-stage bars turn into hundreds of lines in a log file; ours stays.
@@ -92,6 +96,7 @@ def _main(
 @app.command()
 @_user_errors
 def train(
+    ctx: typer.Context,
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML config file.")],
     set_: Annotated[
         list[str] | None,
@@ -129,7 +134,7 @@ def train(
 
     from .trainer import train as run_training
 
-    state = run_training(cfg, resume=resume)
+    state = run_training(cfg, resume=resume, progress=not _options(ctx).get("quiet"))
     best = f", best valid BLEU {state.best_bleu:.2f}" if state.best_bleu is not None else ""
     print(f"trained {state.step} steps into {cfg.run_dir}{best}")
 
@@ -153,6 +158,7 @@ def _dry_run(cfg) -> None:
 @app.command()
 @_user_errors
 def evaluate(
+    ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
     split: Annotated[str, typer.Option(help="Split of the run's data: valid or test.")] = "test",
     src: Annotated[Path | None, typer.Option(help="Source file (instead of --split).")] = None,
@@ -197,6 +203,7 @@ def evaluate(
 @app.command()
 @_user_errors
 def translate(
+    ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
     input: Annotated[Path | None, typer.Option("--input", "-i", help="Input file (stdin).")] = None,
     output: Annotated[
@@ -224,6 +231,7 @@ def translate(
 @app.command("demo-data")
 @_user_errors
 def demo_data(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="Folder for the corpus files.")] = Path("data/demo"),
     train: Annotated[int, typer.Option(help="Training pairs.")] = 40000,
     valid: Annotated[int, typer.Option(help="Validation pairs.")] = 500,

@@ -71,9 +71,9 @@ class DataConfig(_Strict):
 
     src_lang: str = Field("en", description="Source language code (key in hub/JSON records).")
     tgt_lang: str = Field("fr", description="Target language code.")
-    train: CorpusConfig
-    valid: CorpusConfig | None = None
-    test: CorpusConfig | None = None
+    train: CorpusConfig = Field(description="Training corpus (trains the tokenizer too).")
+    valid: CorpusConfig | None = Field(None, description="Validation corpus: loss and BLEU.")
+    test: CorpusConfig | None = Field(None, description="Test corpus for `evaluate --split test`.")
     max_len: PositiveInt = Field(
         256, description="Pairs with a side longer than this many subword tokens are dropped."
     )
@@ -83,10 +83,14 @@ class DataConfig(_Strict):
 class TokenizerConfig(_Strict):
     """SentencePiece model trained on the training split on first use."""
 
-    type: Literal["unigram", "bpe"] = "unigram"
-    vocab_size: PositiveInt = 8000
+    type: Literal["unigram", "bpe"] = Field("unigram", description="SentencePiece model type.")
+    vocab_size: PositiveInt = Field(
+        8000, description="Vocabulary size (a small corpus may yield fewer pieces)."
+    )
     joint: bool = Field(True, description="One vocabulary for both languages (allows tying).")
-    character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
+    character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = Field(
+        1.0, description="Share of characters covered; the rarest others become <unk>."
+    )
     max_sentences: PositiveInt = Field(
         2_000_000, description="Sentences sampled from the training split to train SentencePiece."
     )
@@ -95,13 +99,15 @@ class TokenizerConfig(_Strict):
 class ModelConfig(_Strict):
     """Encoder-decoder Transformer shape (Vaswani et al. 2017, base model by default)."""
 
-    d_model: PositiveInt = 512
-    heads: PositiveInt = 8
-    encoder_layers: PositiveInt = 6
-    decoder_layers: PositiveInt = 6
-    ffn_dim: PositiveInt = 2048
-    dropout: Probability = 0.1
-    attention_dropout: Probability = 0.0
+    d_model: PositiveInt = Field(512, description="Width of embeddings and layers (§3).")
+    heads: PositiveInt = Field(8, description="Attention heads; must divide d_model (§3.2.2).")
+    encoder_layers: PositiveInt = Field(6, description="Encoder layers (N in §3.1).")
+    decoder_layers: PositiveInt = Field(6, description="Decoder layers.")
+    ffn_dim: PositiveInt = Field(2048, description="Inner size of the feed-forward (§3.3).")
+    dropout: Probability = Field(
+        0.1, description="Dropout on sub-layer outputs and embedding sums (§5.4)."
+    )
+    attention_dropout: Probability = Field(0.0, description="Dropout on attention weights.")
     norm_first: bool = Field(
         False, description="Pre-norm layers (post-norm, as the paper, if false)."
     )
@@ -110,7 +116,9 @@ class ModelConfig(_Strict):
         description="Share target embeddings with the output layer (and the source "
         "embeddings too when the vocabulary is joint).",
     )
-    max_positions: PositiveInt = 1024
+    max_positions: PositiveInt = Field(
+        1024, description="Longest sequence (tokens) the positional table covers."
+    )
 
     @model_validator(mode="after")
     def _heads_divide_d_model(self) -> ModelConfig:
@@ -127,19 +135,21 @@ class TrainConfig(_Strict):
     max_tokens: PositiveInt = Field(
         4096, description="Token budget of a batch: sentences × longest side, padding included."
     )
-    max_steps: PositiveInt = 100_000
-    max_epochs: PositiveInt | None = None
+    max_steps: PositiveInt = Field(100_000, description="Optimizer steps to train for.")
+    max_epochs: PositiveInt | None = Field(None, description="Stop after this many epochs too.")
     lr: Annotated[float, Field(gt=0.0)] = Field(7e-4, description="Peak learning rate.")
-    warmup_steps: Annotated[int, Field(ge=0)] = 4000
-    betas: tuple[Probability, Probability] = (0.9, 0.98)
-    eps: Annotated[float, Field(gt=0.0)] = 1e-9
-    weight_decay: Annotated[float, Field(ge=0.0)] = 0.0
-    label_smoothing: Probability = 0.1
+    warmup_steps: Annotated[int, Field(ge=0)] = Field(
+        4000, description="Linear warm-up steps, then lr ∝ 1/√step (§5.3)."
+    )
+    betas: tuple[Probability, Probability] = Field((0.9, 0.98), description="Adam β1, β2.")
+    eps: Annotated[float, Field(gt=0.0)] = Field(1e-9, description="Adam ε.")
+    weight_decay: Annotated[float, Field(ge=0.0)] = Field(0.0, description="Adam L2 penalty.")
+    label_smoothing: Probability = Field(0.1, description="ε of label smoothing (§5.4).")
     clip_norm: Annotated[float, Field(ge=0.0)] = Field(1.0, description="0 turns clipping off.")
-    seed: int = 1
-    log_every: PositiveInt = 100
-    eval_every: PositiveInt = 1000
-    save_every: PositiveInt = 1000
+    seed: int = Field(1, description="Seeds weights, dropout and the batch order.")
+    log_every: PositiveInt = Field(100, description="Steps between metrics lines.")
+    eval_every: PositiveInt = Field(1000, description="Steps between validations.")
+    save_every: PositiveInt = Field(1000, description="Steps between checkpoints.")
     keep_last: PositiveInt = Field(5, description="Step checkpoints kept on disk.")
     valid_bleu_sentences: Annotated[int, Field(ge=0)] = Field(
         500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
@@ -157,7 +167,7 @@ class DecodeConfig(_Strict):
     max_len_a: Annotated[float, Field(ge=0.0)] = Field(
         1.0, description="Output length cap is `a × source length + b` tokens."
     )
-    max_len_b: Annotated[int, Field(ge=0)] = 50
+    max_len_b: Annotated[int, Field(ge=0)] = Field(50, description="See max_len_a (§6.1: +50).")
     batch_size: PositiveInt = Field(64, description="Sentences decoded together.")
 
 

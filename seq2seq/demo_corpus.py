@@ -669,7 +669,12 @@ def generate_pairs(n: int, seed: int) -> list[Pair]:
 
 
 def _draw_splits(sizes: dict[str, int], seed: int) -> dict[str, list[Pair]]:
-    """Fill the splits in order from one stream, never reusing an English sentence."""
+    """Fill the splits in order from one stream.
+
+    The training split keeps the generator's distribution, repeats included: small templates
+    (clock times have ~130 sentences) would otherwise appear once each and stay unlearned.
+    Held-out splits hold only sentences unseen before them, so they measure generalisation.
+    """
     stream = _iter_pairs(random.Random(seed))
     seen: set[str] = set()
     # Small templates (clock times) run out quickly; the cap turns an impossible request
@@ -678,6 +683,11 @@ def _draw_splits(sizes: dict[str, int], seed: int) -> dict[str, list[Pair]]:
     splits: dict[str, list[Pair]] = {}
     for name, size in sizes.items():
         pairs: list[Pair] = []
+        if name == "train":
+            pairs = [next(stream) for _ in range(size)]
+            seen.update(english for english, _ in pairs)
+            splits[name] = pairs
+            continue
         while len(pairs) < size:
             if draws_left == 0:
                 raise ValueError(f"could not draw {size} distinct sentences for {name!r}")

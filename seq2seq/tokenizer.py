@@ -50,9 +50,6 @@ class Tokenizer:
         """Text from target ids, stopping at EOS and skipping padding."""
         return self.tgt.decode([_strip_special(seq) for seq in ids])
 
-    def src_pieces(self, text: str) -> list[str]:
-        return self.src.encode(text, out_type=str) + ["</s>"]
-
 
 def _strip_special(ids: list[int]) -> list[int]:
     out = []

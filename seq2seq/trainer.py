@@ -63,16 +63,16 @@ class Prepared:
     valid: datasets.Dataset | None
 
 
-def train(cfg: Config, resume: bool = False) -> TrainState:
+def train(cfg: Config, resume: bool = False, progress: bool = True) -> TrainState:
     """Train the model a config describes into its run directory; return the final state."""
     run_dir = Path(cfg.run_dir)
     device = resolve_device(cfg.train.device)
     amp_dtype = autocast_dtype(device, cfg.train.precision)
     set_threads(cfg.train.threads)
-    latest = _prepare_run_dir(cfg, resume)
+    latest, reuse_tokenizer = _prepare_run_dir(cfg, resume)
     torch.manual_seed(cfg.train.seed)
 
-    data = prepare_data(cfg, reuse_tokenizer=latest is not None or _same_tokenizer(cfg))
+    data = prepare_data(cfg, reuse_tokenizer)
     model = build_model(cfg.model, data.tokenizer).to(device)
     optimizer = torch.optim.Adam(
         model.parameters(),
@@ -88,11 +88,16 @@ def train(cfg: Config, resume: bool = False) -> TrainState:
     if latest is not None:
         load_weights(model, latest.weights)
         saved = load_state(latest.state)
-        optimizer.load_state_dict(saved["optimizer"])
-        scheduler.load_state_dict(saved["scheduler"])
-        scaler.load_state_dict(saved["scaler"])
-        state = TrainState(**saved["train"])
-        _set_rng_state(saved["rng"])
+        try:
+            optimizer.load_state_dict(saved["optimizer"])
+            scheduler.load_state_dict(saved["scheduler"])
+            scaler.load_state_dict(saved["scaler"])
+            state = TrainState(**saved["train"])
+            _set_rng_state(saved["rng"])
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise UserError(
+                f"{latest.state} is not a trainer state that can be resumed: {e}"
+            ) from None
         _truncate_metrics(run_dir / METRICS_NAME, state.step)
         log.info("resumed from %s (step %d)", latest.weights, state.step)
 
@@ -103,12 +108,16 @@ def train(cfg: Config, resume: bool = False) -> TrainState:
         f" with {amp_dtype} autocast" if amp_dtype else "",
     )
     loop = _Loop(cfg, model, optimizer, scheduler, scaler, data, device, amp_dtype, state)
-    loop.run()
+    loop.run(progress)
     return loop.state
 
 
 def _prepare_run_dir(cfg: Config, resume: bool):
-    """Check the run directory fits the request; save the resolved config; return what to resume."""
+    """Check the run directory fits the request and save the resolved config.
+
+    Returns the checkpoint to resume from (or None) and whether the tokenizer already in the
+    directory may be reused (it was trained with these settings on this data).
+    """
     run_dir = Path(cfg.run_dir)
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run_dir {run_dir} exists and is not a directory")
@@ -129,9 +138,10 @@ def _prepare_run_dir(cfg: Config, resume: bool):
             )
     if resume and latest is None:
         log.info("no checkpoint in %s yet: starting from scratch", run_dir)
+    reuse_tokenizer = latest is not None or _same_tokenizer(cfg)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_config(resolved(cfg), saved_path)
-    return latest
+    return latest, reuse_tokenizer
 
 
 def _changed_keys(old: Config, new: Config, sections: tuple[str, ...]) -> list[str]:
@@ -228,15 +238,15 @@ class _Loop:
         self._window_loss = torch.zeros((), device=device)
         self._window_tokens = 0
         self._window_start = time.perf_counter()
-        self._last_eval_step = -1
-        self._last_save_step = -1
+        # A resumed run starts at a saved (and, if it was the last step, validated) step.
+        self._last_eval_step = self._last_save_step = state.step if state.step else -1
 
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
-    def run(self) -> None:
+    def run(self, progress: bool = True) -> None:
         st, tc = self.state, self.tc
         interactive = sys.stderr.isatty()
         bar = tqdm(
@@ -247,6 +257,7 @@ class _Loop:
             dynamic_ncols=True,
             mininterval=1.0 if interactive else 30.0,
             file=sys.stderr,
+            disable=not progress,
         )
         self.model.train()
         try:

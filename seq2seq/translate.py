@@ -47,7 +47,7 @@ def translate_files(translator: Translator, input: Path | None, output: Path | N
         source = sys.stdin.buffer
     else:
         try:
-            source = open(input, "rb")  # noqa: SIM115 - closed below
+            source = open(input, "rb")  # closed in the finally below
         except OSError as e:
             raise UserError(f"cannot read input file {input}: {e.strerror}") from None
     name = "stdin" if input is None else str(input)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,9 +14,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 # Trained for a bounded number of steps on a slice of the demo corpus. An untrained model of this
-# shape scores BLEU < 1 on it (measured); a learning one passes LEARNED_BLEU in these steps.
+# shape scores BLEU 0.0 on its test split; 600 steps reached 96.0 (valid 97.9) when measured.
 TRAIN_STEPS = 600
-LEARNED_BLEU = 30.0
+LEARNED_BLEU = 80.0
 
 CONFIG = """\
 run_dir: {run}
@@ -152,3 +153,10 @@ def test_translate_from_a_folder_that_is_not_a_run_fails_cleanly(tmp_path):
     proc = seq2seq("translate", "--run", str(tmp_path), stdin="hello\n", check=False)
     assert proc.returncode == 1
     assert "is not a run directory" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("seq2seq")
+    assert exe is not None, "run `make install` first"
+    proc = subprocess.run([exe, "--version"], capture_output=True, text=True)
+    assert proc.stdout.startswith("seq2seq ")

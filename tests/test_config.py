@@ -111,3 +111,15 @@ def test_a_folder_without_config_is_not_a_run_directory(tmp_path):
 @pytest.mark.parametrize("name", sorted(p.name for p in (REPO / "configs").glob("*.yaml")))
 def test_shipped_configs_validate(name):
     assert isinstance(load_config(REPO / "configs" / name), Config)
+
+
+def test_readme_config_reference_is_up_to_date():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "config_reference.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

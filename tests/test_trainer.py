@@ -1,0 +1,112 @@
+"""The training loop through its Python API: resume, run-directory rules, tokenizer reuse."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from seq2seq.checkpoint import latest_checkpoint
+from seq2seq.config import validate_config
+from seq2seq.errors import ConfigError, UserError
+from seq2seq.tokenizer import load_tokenizer
+from seq2seq.trainer import train
+
+from .conftest import write_parallel
+
+
+@pytest.fixture
+def corpus(tmp_path, demo_pairs):
+    train_files = write_parallel(tmp_path, "train", demo_pairs[:1500])
+    valid_files = write_parallel(tmp_path, "valid", demo_pairs[1500:1550])
+    return train_files, valid_files
+
+
+def _config(tmp_path, corpus, run="run", **sections):
+    (src, tgt), (vsrc, vtgt) = corpus
+    data = {
+        "run_dir": str(tmp_path / run),
+        "data": {
+            "train": {"src": str(src), "tgt": str(tgt)},
+            "valid": {"src": str(vsrc), "tgt": str(vtgt)},
+            "max_len": 48,
+        },
+        "tokenizer": {"vocab_size": 300},
+        "model": {
+            "d_model": 32,
+            "heads": 2,
+            "encoder_layers": 1,
+            "decoder_layers": 1,
+            "ffn_dim": 64,
+            "dropout": 0.1,
+            "max_positions": 64,
+        },
+        "train": {
+            "max_tokens": 512,
+            "max_steps": 8,
+            "warmup_steps": 4,
+            "log_every": 2,
+            "eval_every": 4,
+            "save_every": 4,
+            "valid_bleu_sentences": 5,
+        },
+        "decode": {"max_len_b": 5},
+    }
+    for section, values in sections.items():
+        data[section].update(values)
+    return validate_config(data, source="test")
+
+
+def _weights(run_dir):
+    return load_file(str(latest_checkpoint(run_dir).weights))
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, corpus):
+    whole = _config(tmp_path, corpus, run="whole")
+    train(whole, progress=False)
+    first_leg = _config(tmp_path, corpus, run="legs", train={"max_steps": 4})
+    train(first_leg, progress=False)
+    state = train(_config(tmp_path, corpus, run="legs"), resume=True, progress=False)
+    assert state.step == 8
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "legs")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    logged = [json.loads(x)["step"] for x in (tmp_path / "legs" / "metrics.jsonl").open()]
+    assert logged == [json.loads(x)["step"] for x in (tmp_path / "whole" / "metrics.jsonl").open()]
+
+
+def test_a_run_with_checkpoints_is_not_overwritten_without_resume(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"max_steps": 4})
+    train(cfg, progress=False)
+    before = _weights(cfg.run_dir)
+    with pytest.raises(UserError, match="already holds checkpoints"):
+        train(cfg, progress=False)
+    after = _weights(cfg.run_dir)
+    assert all(torch.equal(before[k], after[k]) for k in before)
+
+
+def test_resume_with_another_model_shape_is_refused(tmp_path, corpus):
+    train(_config(tmp_path, corpus, train={"max_steps": 4}), progress=False)
+    wider = _config(tmp_path, corpus, model={"d_model": 64})
+    with pytest.raises(ConfigError, match="model.d_model"):
+        train(wider, resume=True, progress=False)
+
+
+def test_tokenizer_is_retrained_when_its_settings_change(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"max_steps": 4})
+    train(cfg, progress=False)
+    assert load_tokenizer(cfg.run_dir, joint=True).src_vocab_size == 300
+    shutil.rmtree(cfg.run_dir / "checkpoints")  # as if it died before its first checkpoint
+    smaller = _config(tmp_path, corpus, tokenizer={"vocab_size": 200}, train={"max_steps": 4})
+    train(smaller, progress=False)
+    assert load_tokenizer(cfg.run_dir, joint=True).src_vocab_size == 200
+
+
+def test_training_set_empty_after_filtering_is_a_clear_error(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, data={"max_len": 2}, train={"max_tokens": 512})
+    with pytest.raises(UserError, match="training set is empty after filtering"):
+        train(cfg, progress=False)
