@@ -8,9 +8,7 @@ Loading never unpickles arbitrary objects, so a checkpoint from elsewhere cannot
 from __future__ import annotations
 
 import json
-import os
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from .errors import UserError
+from .files import atomic_write, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
 BEST = "best"
@@ -40,14 +39,6 @@ def checkpoint_dir(run_dir: Path) -> Path:
     return Path(run_dir) / CHECKPOINT_DIR
 
 
-def _atomic(path: Path, write: Callable[[str], None]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    write(str(tmp))
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def save_checkpoint(
     run_dir: Path, step: int, model: nn.Module, state: dict[str, Any]
 ) -> Checkpoint:
@@ -56,8 +47,8 @@ def save_checkpoint(
     folder.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:08d}"
     weights, state_path = folder / f"{name}.safetensors", folder / f"{name}.state.pt"
-    _atomic(state_path, lambda tmp: torch.save(state, tmp))
-    _atomic(weights, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    atomic_write(state_path, lambda tmp: torch.save(state, tmp))
+    atomic_write(weights, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
     return Checkpoint(step, weights, state_path)
 
 
@@ -66,9 +57,9 @@ def save_best(run_dir: Path, step: int, model: nn.Module, bleu: float) -> Path:
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{BEST}.safetensors"
-    _atomic(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    atomic_write(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
     info = json.dumps({"step": step, "bleu": bleu})
-    _atomic(folder / f"{BEST}.json", lambda tmp: Path(tmp).write_text(info + "\n"))
+    atomic_write_text(folder / f"{BEST}.json", info + "\n")
     return path
 
 

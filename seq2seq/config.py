@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError, UserError
+from .files import atomic_write_text
 
 PositiveInt = Annotated[int, Field(gt=0)]
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
@@ -306,9 +307,7 @@ def resolved(cfg: Config) -> Config:
 def save_config(cfg: Config, path: Path) -> None:
     """Write the config as YAML (atomically)."""
     text = yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False, allow_unicode=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, text)
 
 
 def load_run_config(run_dir: Path) -> Config:

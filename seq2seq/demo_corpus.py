@@ -15,14 +15,14 @@ always "ils"), so the reference translation is never ambiguous.
 from __future__ import annotations
 
 import calendar
-import contextlib
 import os
 import random
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
+
+from .files import atomic_write_text
 
 Pair = tuple[str, str]
 _T = TypeVar("_T")
@@ -700,20 +700,6 @@ def _draw_splits(sizes: dict[str, int], seed: int) -> dict[str, list[Pair]]:
     return splits
 
 
-def _write_lines_atomic(path: Path, lines: list[str]) -> None:
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; corpus files are ordinary data
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
 def write_demo_corpus(
     out_dir: str | os.PathLike[str],
     n_train: int = 40000,
@@ -730,5 +716,6 @@ def write_demo_corpus(
     out.mkdir(parents=True, exist_ok=True)
     for name, pairs in splits.items():
         for lang, column in (("en", 0), ("fr", 1)):
-            _write_lines_atomic(out / f"{name}.{lang}", [pair[column] for pair in pairs])
+            text = "".join(pair[column] + "\n" for pair in pairs)
+            atomic_write_text(out / f"{name}.{lang}", text)
     return {name: len(pairs) for name, pairs in splits.items()}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from .config import load_run_config
 from .data import load_corpus, read_lines
 from .errors import UserError
+from .files import atomic_write_text
 from .translator import load_translator
 
 
@@ -78,7 +78,7 @@ def evaluate(
     out_dir = Path(output_dir) if output_dir else run_dir / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     hyp_path = out_dir / f"{name}.hyp"
-    _write_atomic(hyp_path, "".join(h + "\n" for h in hypotheses))
+    atomic_write_text(hyp_path, "".join(h + "\n" for h in hypotheses))
     report = {
         "run": str(run_dir),
         "checkpoint": str(used),
@@ -93,12 +93,6 @@ def evaluate(
         "hypotheses": str(hyp_path),
     }
     report_path = out_dir / f"{name}.json"
-    _write_atomic(report_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(report_path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     report["report"] = str(report_path)
     return report
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)

@@ -32,6 +32,7 @@ from .checkpoint import (
 from .config import CONFIG_NAME, Config, load_config, resolved, save_config
 from .data import load_corpus, tokenize
 from .errors import ConfigError, UserError
+from .files import atomic_write_text
 from .loss import label_smoothed_loss
 from .model import count_parameters
 from .runtime import autocast_dtype, resolve_device, set_threads
@@ -422,6 +423,4 @@ def _truncate_metrics(path: Path, step: int) -> None:
                 keep.append(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-    tmp.replace(path)
+    atomic_write_text(path, "".join(line + "\n" for line in keep))

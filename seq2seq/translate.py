@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import BinaryIO, TextIO
 
 from .data import decode_line
 from .errors import UserError
+from .files import atomic_write
 from .translator import Translator
 
 CHUNK_LINES = 256  # lines translated together; output is written after each chunk
@@ -54,14 +54,14 @@ def translate_files(translator: Translator, input: Path | None, output: Path | N
     try:
         if output is None:
             return translate_stream(translator, source, sys.stdout, name)
-        tmp = output.with_name(f".{output.name}.tmp")
-        try:
+        counted = []
+
+        def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
-                n = translate_stream(translator, source, out, name)
-            os.replace(tmp, output)
-            return n
-        finally:
-            tmp.unlink(missing_ok=True)
+                counted.append(translate_stream(translator, source, out, name))
+
+        atomic_write(output, write)
+        return counted[0]
     finally:
         if input is not None:
             source.close()

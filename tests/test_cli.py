@@ -117,6 +117,19 @@ def test_translate_writes_one_line_per_input_line(trained):
     assert dst.read_text() == proc.stdout
 
 
+@pytest.mark.slow
+def test_translate_stops_at_invalid_utf8_naming_the_line_and_keeps_the_old_output(trained):
+    src, dst = trained["root"] / "bad.txt", trained["root"] / "kept.txt"
+    src.write_bytes(b"I have three cats.\nWe see two dogs.\n\xff\xfe broken\n")
+    dst.write_text("earlier results\n")
+    proc = seq2seq(
+        "translate", "--run", str(trained["run"]), "-i", str(src), "-o", str(dst), check=False
+    )
+    assert proc.returncode == 1
+    assert f"{src}, line 3: invalid UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+    assert dst.read_text() == "earlier results\n"
+
+
 def test_help_lists_the_three_commands():
     proc = seq2seq("--help")
     for command in ("train", "evaluate", "translate"):
