@@ -12,7 +12,7 @@ import datasets
 
 from .config import CorpusConfig
 from .errors import UserError
-from .tokenizer import Tokenizer, model_paths
+from .tokenizer import Tokenizer, load_tokenizer, model_paths
 
 FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _FORMAT_VERSION = "1"  # bump when the parsing below changes, to invalidate cached corpora
@@ -213,8 +213,6 @@ class _Encode:
 
     def __call__(self, batch: dict[str, list[str]]) -> dict[str, list]:
         if self._tok is None:
-            from .tokenizer import load_tokenizer
-
             self._tok = load_tokenizer(Path(self.run_dir), self.joint)
         src = self._tok.encode_src(batch["src"])
         tgt = self._tok.encode_tgt(batch["tgt"])
@@ -245,6 +243,7 @@ def tokenize(
     read = len(ds)
     ds, empty = drop_empty(ds)
     src_model, tgt_model = model_paths(run_dir, joint)
+    # Cache key: the corpus (datasets' own fingerprint of it) and the tokenizer's bytes.
     h = hashlib.blake2b(digest_size=16)
     h.update(ds._fingerprint.encode())
     for p in (src_model, tgt_model):
