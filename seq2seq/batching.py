@@ -120,8 +120,59 @@ def epoch_batches(
 def iterate(dataset, batches: Sequence[np.ndarray], start: int = 0) -> Iterator[Batch]:
     """Collate batches `start…` of a tokenized dataset (columns `src_ids`, `tgt_ids`)."""
     for idx in batches[start:]:
-        rows = dataset[idx.tolist()]
-        yield collate(rows["src_ids"], rows["tgt_ids"])
+        yield _collate_rows(dataset, idx)
+
+
+def _collate_rows(dataset, idx: np.ndarray) -> Batch:
+    rows = dataset[idx.tolist()]
+    return collate(rows["src_ids"], rows["tgt_ids"])
+
+
+class _CollatedBatches(torch.utils.data.Dataset):
+    """Batches of a tokenized dataset, collated on access so a loader worker can do it."""
+
+    def __init__(self, dataset, batches: Sequence[np.ndarray]):
+        self.dataset, self.batches = dataset, batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> Batch:
+        return _collate_rows(self.dataset, self.batches[i])
+
+
+def loader(dataset, batches: Sequence[np.ndarray], workers: int = 0, pin: bool = False):
+    """Batches in order, collated (and pinned) by `workers` background processes when > 0."""
+    return torch.utils.data.DataLoader(
+        _CollatedBatches(dataset, batches),
+        batch_size=None,  # items are whole batches already
+        num_workers=workers,
+        pin_memory=pin,
+        prefetch_factor=4 if workers else None,
+        # Its own generator: drawing worker seeds from the global RNG would shift dropout
+        # and break bit-exact resume.
+        generator=torch.Generator(),
+    )
+
+
+def update_groups(
+    n_batches: int, start: int, world_size: int, rank: int, update_freq: int
+) -> list[tuple[int, list[int]]]:
+    """This rank's micro-batch indices for each update of an epoch, from batch `start` on.
+
+    An update consumes `world_size × update_freq` consecutive batches; rank r takes the r-th
+    run of `update_freq` of them. Each entry is (position after the update, indices). With
+    several processes a last incomplete group is dropped, so every rank takes the same steps.
+    """
+    size = world_size * update_freq
+    groups = []
+    for first in range(start, n_batches, size):
+        end = min(first + size, n_batches)
+        if end - first < size and world_size > 1:
+            break
+        mine = first + rank * update_freq
+        groups.append((end, list(range(mine, min(mine + update_freq, end)))))
+    return groups
 
 
 def padding_ratio(batches: Sequence[Batch]) -> float:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_model, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from .errors import UserError
@@ -52,13 +52,13 @@ def save_checkpoint(
     return Checkpoint(step, weights, state_path)
 
 
-def save_best(run_dir: Path, step: int, model: nn.Module, bleu: float) -> Path:
-    """Write the weights as the best checkpoint so far, with its step and score beside it."""
+def save_best(run_dir: Path, step: int, model: nn.Module, metrics: dict[str, float]) -> Path:
+    """Write the weights as the best checkpoint so far, with its step and scores beside it."""
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{BEST}.safetensors"
     atomic_write(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
-    info = json.dumps({"step": step, "bleu": bleu})
+    info = json.dumps({"step": step, **metrics})
     atomic_write_text(folder / f"{BEST}.json", info + "\n")
     return path
 
@@ -92,11 +92,14 @@ def best_or_latest(run_dir: Path) -> Path | None:
 
 
 def prune(run_dir: Path, keep_last: int) -> None:
-    """Delete all but the newest `keep_last` step checkpoints (the best one is separate)."""
+    """Delete all but the newest `keep_last` step checkpoints (the best one is separate), and
+    temporary files a killed writer left behind (one process writes, and it is done)."""
     for ckpt in list_checkpoints(run_dir)[:-keep_last]:
         ckpt.weights.unlink(missing_ok=True)
         if ckpt.state is not None:
             ckpt.state.unlink(missing_ok=True)
+    for tmp in checkpoint_dir(run_dir).glob(".*.tmp"):
+        tmp.unlink(missing_ok=True)
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -141,3 +144,39 @@ def load_state(path: Path) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # pickle errors, refused globals, truncation
         raise UserError(f"cannot load trainer state {path}: {e}") from None
+
+
+def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
+    """Element-wise mean of several checkpoints of one model (accumulated in float64)."""
+    total: dict[str, torch.Tensor] = {}
+    for path in paths:
+        try:
+            tensors = load_file(str(path))
+        except Exception as e:  # truncated or not safetensors
+            raise UserError(f"{path} is not a readable checkpoint: {e}") from None
+        if not total:
+            total = {k: v.double() for k, v in tensors.items()}
+            dtypes = {k: v.dtype for k, v in tensors.items()}
+            continue
+        if tensors.keys() != total.keys() or any(tensors[k].shape != total[k].shape for k in total):
+            raise UserError(f"{path} is not a checkpoint of the same model as {paths[0]}")
+        for k, v in tensors.items():
+            total[k] += v.double()
+    return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+
+
+def average_last(run_dir: Path, n: int, out: Path | None = None) -> tuple[Path, list[int]]:
+    """Average the newest `n` step checkpoints into one weights file; return it and the steps."""
+    found = list_checkpoints(run_dir)
+    if len(found) < n:
+        raise UserError(
+            f"{run_dir} has {len(found)} step checkpoint(s); cannot average the last {n} "
+            "(train.keep_last limits how many are kept)"
+        )
+    chosen = found[-n:]
+    averaged = average_weights([c.weights for c in chosen])
+    out = Path(out) if out else checkpoint_dir(run_dir) / f"average_last{n}.safetensors"
+    steps = [c.step for c in chosen]
+    meta = {"averaged_steps": ",".join(map(str, steps))}
+    atomic_write(out, lambda tmp: save_file(averaged, tmp, metadata=meta))
+    return out, steps

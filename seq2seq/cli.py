@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -136,6 +137,9 @@ def train(
 
     state = run_training(cfg, resume=resume, progress=not _options(ctx).get("quiet"))
     best = f", best valid BLEU {state.best_bleu:.2f}" if state.best_bleu is not None else ""
+    if state.stopped_by is not None:
+        print(f"stopped by {state.stopped_by} at step {state.step}; resume with --resume")
+        raise typer.Exit(128 + signal.Signals[state.stopped_by].value)
     print(f"trained {state.step} steps into {cfg.run_dir}{best}")
 
 
@@ -226,6 +230,29 @@ def translate(
 
     translator, _ = load_translator(run, checkpoint, device, batch_size)
     translate_files(translator, input, output)
+
+
+@app.command()
+@_user_errors
+def average(
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory with checkpoints.")],
+    last: Annotated[int, typer.Option(min=1, help="How many of the newest checkpoints.")] = 5,
+    output: Annotated[
+        Path | None,
+        typer.Option(help="Where to write (default RUN/checkpoints/average_lastN.safetensors)."),
+    ] = None,
+) -> None:
+    """Average the weights of the last N checkpoints into one (the paper averages the last 5).
+
+    Examples:\n
+      seq2seq average --run runs/en-fr-base --last 5\n
+      seq2seq evaluate -r runs/demo --checkpoint runs/demo/checkpoints/average_last5.safetensors
+    """
+    from .checkpoint import average_last
+
+    out, steps = average_last(run, last, output)
+    print(f"averaged steps {', '.join(map(str, steps))} into {out}")
 
 
 @app.command("demo-data")

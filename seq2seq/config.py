@@ -136,8 +136,18 @@ class TrainConfig(_Strict):
     max_tokens: PositiveInt = Field(
         4096, description="Token budget of a batch: sentences × longest side, padding included."
     )
+    update_freq: PositiveInt = Field(
+        1, description="Batches accumulated into one update (×world size under torchrun)."
+    )
     max_steps: PositiveInt = Field(100_000, description="Optimizer steps to train for.")
     max_epochs: PositiveInt | None = Field(None, description="Stop after this many epochs too.")
+    max_minutes: Annotated[float, Field(gt=0.0)] | None = Field(
+        None, description="Stop after this much wall-clock training time too (and save)."
+    )
+    patience: PositiveInt | None = Field(
+        None,
+        description="Stop after this many validations without a new best (BLEU, else loss).",
+    )
     lr: Annotated[float, Field(gt=0.0)] = Field(7e-4, description="Peak learning rate.")
     warmup_steps: Annotated[int, Field(ge=0)] = Field(
         4000, description="Linear warm-up steps, then lr ∝ 1/√step (§5.3)."
@@ -160,6 +170,13 @@ class TrainConfig(_Strict):
         "auto", description="`auto`: bf16 on CUDA when supported, else fp16; fp32 on CPU."
     )
     threads: PositiveInt | None = Field(None, description="CPU threads for torch (default: all).")
+    compile: bool = Field(False, description="`torch.compile` the model (dynamic shapes).")
+    num_workers: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Background batch loaders (default: 1 on CUDA, 0 on CPU)."
+    )
+    tensorboard: bool = Field(
+        True, description="Also write TensorBoard scalars (when tensorboard is installed)."
+    )
 
 
 class DecodeConfig(_Strict):

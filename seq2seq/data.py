@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import datasets
+import numpy as np
+import torch
 
-from .config import CorpusConfig
+from .config import Config, CorpusConfig
 from .errors import UserError
-from .tokenizer import Tokenizer, load_tokenizer, model_paths
+from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
+
+log = logging.getLogger(__name__)
 
 FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
 _FORMAT_VERSION = "1"  # bump when the parsing below changes, to invalidate cached corpora
@@ -264,3 +269,67 @@ def tokenize(
         batched=True,
     )
     return ds, FilterReport(read=read, empty=empty, too_long=before - len(ds))
+
+
+def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Source and target lengths of a tokenized split as int64 arrays (read from Arrow)."""
+    columns = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
+    return columns["src_len"].astype(np.int64), columns["tgt_len"].astype(np.int64)
+
+
+@dataclass
+class Prepared:
+    """Tokenizer and tokenized splits a run trains on."""
+
+    tokenizer: Tokenizer
+    train: datasets.Dataset
+    valid: datasets.Dataset | None
+
+
+def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
+    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid."""
+    run_dir = Path(cfg.run_dir)
+    d = cfg.data
+    train_raw = load_corpus(d.train, d.src_lang, d.tgt_lang)
+    src_model, tgt_model = model_paths(run_dir, cfg.tokenizer.joint)
+    if reuse_tokenizer and src_model.is_file() and tgt_model.is_file():
+        tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
+        log.info("tokenizer: reusing %s", src_model.parent)
+    else:
+        log.info(
+            "tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, d.train.describe()
+        )
+        tokenizer = train_tokenizer(
+            cfg.tokenizer,
+            _column(train_raw, "src"),
+            _column(train_raw, "tgt"),
+            run_dir,
+            threads=torch.get_num_threads(),
+        )
+    log.info(
+        "tokenizer: vocabulary %s%s",
+        tokenizer.src_vocab_size,
+        " (joint)" if tokenizer.joint else f" + {tokenizer.tgt_vocab_size}",
+    )
+    train_ds, report = tokenize(train_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
+    log.info("train: %s", report)
+    if len(train_ds) == 0:
+        raise UserError(
+            f"the training set is empty after filtering ({report}); check data.train and "
+            "data.max_len"
+        )
+    valid_ds = None
+    if d.valid is not None:
+        valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
+        valid_ds, report = tokenize(valid_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
+        log.info("valid: %s", report)
+        if len(valid_ds) == 0:
+            log.warning("the validation set is empty after filtering; validation is skipped")
+            valid_ds = None
+    return Prepared(tokenizer, train_ds, valid_ds)
+
+
+def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:
+    # Read in slices so a large corpus never sits in memory as one Python list.
+    for batch in ds.select_columns([name]).iter(batch_size=10_000):
+        yield from batch[name]

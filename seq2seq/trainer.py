@@ -1,43 +1,41 @@
-"""The training loop: batches → model → label-smoothed loss → Adam step, with validation and
-checkpoints. One function, `train`, takes a validated Config and does the whole job."""
+"""The training loop: batches → model → label-smoothed loss → Adam update, with validation,
+checkpoints and logs. One function, `train`, takes a validated Config and does the whole job,
+in one process or in each of the processes `torchrun` starts."""
 
 from __future__ import annotations
 
 import json
 import logging
 import math
+import resource
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import datasets
-import numpy as np
 import sacrebleu
 import torch
+from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from .batching import epoch_batches, iterate, token_budget_batches
-from .checkpoint import (
-    latest_checkpoint,
-    load_state,
-    load_weights,
-    prune,
-    save_best,
-    save_checkpoint,
-)
-from .config import CONFIG_NAME, Config, load_config, resolved, save_config
-from .data import load_corpus, tokenize
-from .errors import ConfigError, UserError
+from . import distributed
+from .batching import Batch, epoch_batches, iterate, loader, token_budget_batches, update_groups
+from .checkpoint import load_state, load_weights, prune, save_best, save_checkpoint
+from .config import Config
+from .data import Prepared, lengths, prepare_data
+from .errors import UserError
 from .files import atomic_write_text
 from .loss import label_smoothed_loss
 from .model import count_parameters
+from .rundir import prepare_run_dir
 from .runtime import autocast_dtype, resolve_device, set_threads
 from .schedule import inverse_sqrt_scheduler
-from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
 from .translator import Translator, build_model
 
 log = logging.getLogger(__name__)
@@ -51,39 +49,47 @@ class TrainState:
 
     step: int = 0
     epoch: int = 0
-    batch_in_epoch: int = 0  # batches of `epoch` already consumed
+    batch_in_epoch: int = 0  # batches of `epoch` consumed (by all processes together)
     best_bleu: float | None = None
-
-
-@dataclass
-class Prepared:
-    """Tokenizer and tokenized splits a run trains on."""
-
-    tokenizer: Tokenizer
-    train: datasets.Dataset
-    valid: datasets.Dataset | None
+    best_loss: float | None = None
+    bad_evals: int = 0  # validations in a row without a new best (early stopping)
+    stopped_by: str | None = field(default=None, compare=False)  # signal name, if any
 
 
 def train(cfg: Config, resume: bool = False, progress: bool = True) -> TrainState:
     """Train the model a config describes into its run directory; return the final state."""
-    run_dir = Path(cfg.run_dir)
-    device = resolve_device(cfg.train.device)
-    amp_dtype = autocast_dtype(device, cfg.train.precision)
-    set_threads(cfg.train.threads)
-    latest, reuse_tokenizer = _prepare_run_dir(cfg, resume)
-    torch.manual_seed(cfg.train.seed)
+    info = distributed.from_env()
+    device = distributed.device_for(info, resolve_device(cfg.train.device))
+    distributed.setup(info, device)
+    try:
+        return _train(cfg, resume, progress and info.is_main, info, device)
+    finally:
+        distributed.teardown(info)
 
-    data = prepare_data(cfg, reuse_tokenizer)
+
+def _train(
+    cfg: Config, resume: bool, progress: bool, info: distributed.Dist, device: torch.device
+) -> TrainState:
+    tc = cfg.train
+    amp_dtype = autocast_dtype(device, tc.precision)
+    set_threads(tc.threads)
+    with distributed.main_first(info):
+        latest, reuse_tokenizer = prepare_run_dir(cfg, resume, write=info.is_main)
+        torch.manual_seed(tc.seed)
+        # Other ranks load what rank 0 has just trained and cached.
+        data = prepare_data(cfg, reuse_tokenizer or not info.is_main)
     model = build_model(cfg.model, data.tokenizer).to(device)
+    if info.rank:
+        torch.manual_seed(tc.seed + info.rank)  # same initial weights, own dropout stream
     optimizer = torch.optim.Adam(
         model.parameters(),
-        lr=cfg.train.lr,
-        betas=cfg.train.betas,
-        eps=cfg.train.eps,
-        weight_decay=cfg.train.weight_decay,
+        lr=tc.lr,
+        betas=tc.betas,
+        eps=tc.eps,
+        weight_decay=tc.weight_decay,
         fused=device.type == "cuda",
     )
-    scheduler = inverse_sqrt_scheduler(optimizer, cfg.train.warmup_steps)
+    scheduler = inverse_sqrt_scheduler(optimizer, tc.warmup_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
     state = TrainState()
     if latest is not None:
@@ -94,284 +100,350 @@ def train(cfg: Config, resume: bool = False, progress: bool = True) -> TrainStat
             scheduler.load_state_dict(saved["scheduler"])
             scaler.load_state_dict(saved["scaler"])
             state = TrainState(**saved["train"])
-            _set_rng_state(saved["rng"])
+            _set_rng_state(saved["rng"], info)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise UserError(
                 f"{latest.state} is not a trainer state that can be resumed: {e}"
             ) from None
-        _truncate_metrics(run_dir / METRICS_NAME, state.step)
+        if info.is_main:
+            _truncate_metrics(Path(cfg.run_dir) / METRICS_NAME, state.step)
         log.info("resumed from %s (step %d)", latest.weights, state.step)
 
     log.info(
-        "model: %s parameters; device %s%s",
+        "model: %s parameters; device %s%s%s",
         f"{count_parameters(model):,}",
         device,
         f" with {amp_dtype} autocast" if amp_dtype else "",
+        f"; {info.world_size} processes" if info.enabled else "",
     )
-    loop = _Loop(cfg, model, optimizer, scheduler, scaler, data, device, amp_dtype, state)
+    net: torch.nn.Module = model
+    if info.enabled:
+        net = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if tc.compile:
+        # Automatic dynamic shapes: after the first new batch shape, lengths become symbolic,
+        # so bucketed, variable-length batches cost a bounded number of recompiles.
+        net = torch.compile(net)
+    loop = _Loop(
+        cfg, model, net, optimizer, scheduler, scaler, data, device, amp_dtype, state, info
+    )
     loop.run(progress)
     return loop.state
 
 
-def _prepare_run_dir(cfg: Config, resume: bool):
-    """Check the run directory fits the request and save the resolved config.
-
-    Returns the checkpoint to resume from (or None) and whether the tokenizer already in the
-    directory may be reused (it was trained with these settings on this data).
-    """
-    run_dir = Path(cfg.run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"run_dir {run_dir} exists and is not a directory")
-    latest = latest_checkpoint(run_dir)
-    if latest is not None and not resume:
-        raise UserError(
-            f"{run_dir} already holds checkpoints (latest: step {latest.step}); pass --resume "
-            "to continue that run, or choose another run_dir"
-        )
-    saved_path = run_dir / CONFIG_NAME
-    if latest is not None and saved_path.is_file():
-        saved = load_config(saved_path)
-        changed = _changed_keys(saved, cfg, ("model", "tokenizer"))
-        if changed:
-            raise ConfigError(
-                f"--resume: the config differs from the run's in {', '.join(changed)}; "
-                "the checkpoints cannot continue with another model or vocabulary"
-            )
-    if resume and latest is None:
-        log.info("no checkpoint in %s yet: starting from scratch", run_dir)
-    reuse_tokenizer = latest is not None or _same_tokenizer(cfg)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    save_config(resolved(cfg), saved_path)
-    return latest, reuse_tokenizer
-
-
-def _changed_keys(old: Config, new: Config, sections: tuple[str, ...]) -> list[str]:
-    a, b = old.model_dump(mode="json"), new.model_dump(mode="json")
-    return [
-        f"{section}.{key}"
-        for section in sections
-        for key in sorted(set(a[section]) | set(b[section]))
-        if a[section].get(key) != b[section].get(key)
-    ]
-
-
-def _same_tokenizer(cfg: Config) -> bool:
-    """Whether the run directory's tokenizer was trained with these settings on this data."""
-    saved_path = Path(cfg.run_dir) / CONFIG_NAME
-    if not saved_path.is_file():
-        return False
-    try:
-        saved = load_config(saved_path)
-    except UserError:
-        return False
-    now = resolved(cfg)
-    return saved.tokenizer == now.tokenizer and saved.data.train == now.data.train
-
-
-def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
-    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid."""
-    run_dir = Path(cfg.run_dir)
-    d = cfg.data
-    train_raw = load_corpus(d.train, d.src_lang, d.tgt_lang)
-    src_model, tgt_model = model_paths(run_dir, cfg.tokenizer.joint)
-    if reuse_tokenizer and src_model.is_file() and tgt_model.is_file():
-        tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
-        log.info("tokenizer: reusing %s", src_model.parent)
-    else:
-        log.info(
-            "tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, d.train.describe()
-        )
-        tokenizer = train_tokenizer(
-            cfg.tokenizer,
-            _column(train_raw, "src"),
-            _column(train_raw, "tgt"),
-            run_dir,
-            threads=torch.get_num_threads(),
-        )
-    log.info(
-        "tokenizer: vocabulary %s%s",
-        tokenizer.src_vocab_size,
-        " (joint)" if tokenizer.joint else f" + {tokenizer.tgt_vocab_size}",
-    )
-    train_ds, report = tokenize(train_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
-    log.info("train: %s", report)
-    if len(train_ds) == 0:
-        raise UserError(
-            f"the training set is empty after filtering ({report}); check data.train and "
-            "data.max_len"
-        )
-    valid_ds = None
-    if d.valid is not None:
-        valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
-        valid_ds, report = tokenize(valid_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
-        log.info("valid: %s", report)
-        if len(valid_ds) == 0:
-            log.warning("the validation set is empty after filtering; validation is skipped")
-            valid_ds = None
-    return Prepared(tokenizer, train_ds, valid_ds)
-
-
-def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:
-    # Read in slices so a large corpus never sits in memory as one Python list.
-    for batch in ds.select_columns([name]).iter(batch_size=10_000):
-        yield from batch[name]
-
-
 class _Loop:
-    """The state a training run carries from step to step."""
+    """The state a training run carries from update to update."""
 
-    def __init__(self, cfg, model, optimizer, scheduler, scaler, data, device, amp_dtype, state):
+    def __init__(
+        self,
+        cfg,
+        model,
+        net,
+        optimizer,
+        scheduler,
+        scaler,
+        data: Prepared,
+        device,
+        amp_dtype,
+        state: TrainState,
+        info: distributed.Dist,
+    ):
         self.cfg, self.tc = cfg, cfg.train
-        self.model, self.optimizer, self.scheduler, self.scaler = (
-            model,
-            optimizer,
-            scheduler,
-            scaler,
+        self.model, self.net = model, net
+        self.optimizer, self.scheduler, self.scaler = optimizer, scheduler, scaler
+        self.data, self.device, self.amp_dtype, self.state, self.info = (
+            data,
+            device,
+            amp_dtype,
+            state,
+            info,
         )
-        self.data, self.device, self.amp_dtype, self.state = data, device, amp_dtype, state
         self.run_dir = Path(cfg.run_dir)
         self.metrics_path = self.run_dir / METRICS_NAME
         self.translator = Translator(model, data.tokenizer, cfg.decode, device, amp_dtype)
-        self.src_lens = np.asarray(data.train["src_len"], dtype=np.int64)
-        self.tgt_lens = np.asarray(data.train["tgt_len"], dtype=np.int64)
+        self.src_lens, self.tgt_lens = lengths(data.train)
         self.token_ds = data.train.select_columns(["src_ids", "tgt_ids"])
-        # Log-window accumulators stay on the device so a step never waits for a .item().
-        self._window_loss = torch.zeros((), device=device)
-        self._window_tokens = 0
+        cuda = device.type == "cuda"
+        self.workers = self.tc.num_workers if self.tc.num_workers is not None else int(cuda)
+        self.pin = cuda
+        self.tb = _tensorboard(self.run_dir) if self.tc.tensorboard and info.is_main else None
+        # Log-window accumulators stay on the device so an update never waits for a .item().
+        self._window_loss = torch.zeros((), dtype=torch.float64, device=device)
+        self._window_tokens = 0.0  # global, all processes
+        self._window_local_tokens = 0
         self._window_start = time.perf_counter()
+        self._grad_norm = torch.zeros((), device=device)
         # A resumed run starts at a saved (and, if it was the last step, validated) step.
         self._last_eval_step = self._last_save_step = state.step if state.step else -1
+        self._signal: int | None = None
+        self._deadline = (
+            time.monotonic() + self.tc.max_minutes * 60 if self.tc.max_minutes else math.inf
+        )
 
     def _autocast(self):
         if self.amp_dtype is None:
             return nullcontext()
         return torch.autocast(self.device.type, dtype=self.amp_dtype)
 
+    # ------------------------------------------------------------------ the loop
+
     def run(self, progress: bool = True) -> None:
         st, tc = self.state, self.tc
-        interactive = sys.stderr.isatty()
+        self._check_epoch_size()
         bar = tqdm(
             total=tc.max_steps,
             initial=st.step,
             desc="train",
             unit="step",
             dynamic_ncols=True,
-            mininterval=1.0 if interactive else 30.0,
+            mininterval=1.0 if sys.stderr.isatty() else 30.0,
             file=sys.stderr,
             disable=not progress,
         )
         self.model.train()
+        handlers = self._catch_signals()
+        stop = st.step >= tc.max_steps
         try:
-            while st.step < tc.max_steps and (tc.max_epochs is None or st.epoch < tc.max_epochs):
-                batches = epoch_batches(
-                    self.src_lens, self.tgt_lens, tc.max_tokens, tc.seed, st.epoch
-                )
-                for batch in iterate(self.token_ds, batches, start=st.batch_in_epoch):
-                    st.batch_in_epoch += 1
-                    self._step(batch)
-                    bar.update(1)
-                    if st.step % tc.log_every == 0:
-                        bar.set_postfix_str(self._log_train())
-                    if st.step % tc.eval_every == 0:
-                        self._validate()
-                    if st.step % tc.save_every == 0:
-                        self._save()
-                    if st.step >= tc.max_steps:
-                        break
-                else:
-                    st.epoch += 1
-                    st.batch_in_epoch = 0
+            updates = self._updates()
+            while not stop:
+                micro = next(updates, None)
+                if micro is None:
+                    break  # max_epochs reached
+                stop = self._update(micro)
+                bar.update(1)
+                if st.step % tc.log_every == 0:
+                    bar.set_postfix_str(self._log_train())
+                if st.step % tc.eval_every == 0 and self._validate():
+                    stop = True
+                if st.step % tc.save_every == 0:
+                    self._save()
+                stop = stop or st.step >= tc.max_steps
         finally:
             bar.close()
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
+        if self._signal is not None:
+            st.stopped_by = signal.Signals(self._signal).name
+            if self._last_save_step != st.step:
+                self._save()
+            log.info(
+                "stopped by %s at step %d; checkpoint saved: continue with --resume",
+                st.stopped_by,
+                st.step,
+            )
+            return
         if self._last_eval_step != st.step:
             self._validate()
         if self._last_save_step != st.step:
             self._save()
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 
-    def _step(self, batch) -> None:
-        ntokens = batch.ntokens
-        batch = batch.to(self.device)
-        with self._autocast():
-            logits = self.model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        loss_sum = label_smoothed_loss(logits, batch.tgt_out, self.tc.label_smoothing)
-        # Normalised by target tokens so the update size does not depend on batch shape.
-        self.scaler.scale(loss_sum / ntokens).backward()
+    def _check_epoch_size(self) -> None:
+        batches = epoch_batches(self.src_lens, self.tgt_lens, self.tc.max_tokens, self.tc.seed, 0)
+        needed = self.info.world_size * self.tc.update_freq
+        if len(batches) < needed:
+            raise UserError(
+                f"an epoch has {len(batches)} batches but one update needs {needed} "
+                f"({self.info.world_size} processes × update_freq {self.tc.update_freq}); "
+                "lower train.max_tokens or update_freq, or use more data"
+            )
+
+    def _updates(self) -> Iterator[list[Batch]]:
+        """This process's micro-batches for each update, from the saved data position on."""
+        st, tc, info = self.state, self.tc, self.info
+        while tc.max_epochs is None or st.epoch < tc.max_epochs:
+            batches = epoch_batches(self.src_lens, self.tgt_lens, tc.max_tokens, tc.seed, st.epoch)
+            groups = update_groups(
+                len(batches), st.batch_in_epoch, info.world_size, info.rank, tc.update_freq
+            )
+            mine = [batches[i] for _, indices in groups for i in indices]
+            batch_iter = iter(loader(self.token_ds, mine, self.workers, self.pin))
+            for end, indices in groups:
+                micro = [next(batch_iter) for _ in indices]
+                st.batch_in_epoch = end
+                yield micro
+            st.epoch += 1
+            st.batch_in_epoch = 0
+
+    def _update(self, micro: list[Batch]) -> bool:
+        """One optimizer step over this process's micro-batches; True when training must stop."""
+        local_tokens = sum(b.ntokens for b in micro)
+        # One small collective a step: the global target-token count (the loss is a mean over
+        # every token of the update, whichever process saw it) and whether any process must stop.
+        global_tokens, stop = distributed.all_sum(
+            [local_tokens, float(self._must_stop())], self.info, self.device
+        )
+        # DDP averages gradients over processes; scale so the result is the global token mean.
+        self._window_loss += accumulate_gradients(
+            self.net,
+            micro,
+            scale=self.info.world_size / global_tokens,
+            label_smoothing=self.tc.label_smoothing,
+            device=self.device,
+            autocast=self._autocast,
+            scaler=self.scaler,
+            ddp=self.info.enabled,
+        )
         self.scaler.unscale_(self.optimizer)
-        if self.tc.clip_norm > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.tc.clip_norm)
+        max_norm = self.tc.clip_norm if self.tc.clip_norm > 0 else math.inf
+        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         self.state.step += 1
-        self._window_loss += loss_sum.detach()
-        self._window_tokens += ntokens
+        self._window_tokens += global_tokens
+        self._window_local_tokens += local_tokens
+        return stop > 0
+
+    def _must_stop(self) -> bool:
+        return self._signal is not None or time.monotonic() > self._deadline
+
+    def _catch_signals(self) -> dict:
+        """SIGINT/SIGTERM finish the current update, save a checkpoint and stop."""
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def handler(signum, frame):
+            if self._signal is None:
+                log.warning("%s received: stopping after this update", signal.Signals(signum).name)
+            self._signal = signum
+
+        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    # ------------------------------------------------------------------ logs
 
     def _log_train(self) -> str:
         elapsed = time.perf_counter() - self._window_start
-        loss = self._window_loss.item() / max(self._window_tokens, 1)
+        loss_sum, _ = distributed.all_sum(
+            [self._window_loss.item(), self._window_local_tokens], self.info, self.device
+        )
+        loss = loss_sum / max(self._window_tokens, 1)
         lr = self.scheduler.get_last_lr()[0]
         tok_s = self._window_tokens / elapsed if elapsed > 0 else 0.0
-        self._write_metrics(
-            {
-                "split": "train",
-                "loss": loss,
-                "lr": lr,
-                "tokens_per_s": tok_s,
-                "epoch": self.state.epoch,
-            }
-        )
+        record = {
+            "split": "train",
+            "loss": loss,
+            "lr": lr,
+            "tokens_per_s": tok_s,
+            "grad_norm": self._grad_norm.item(),
+            "epoch": self.state.epoch,
+            **_memory(self.device),
+        }
+        self._write_metrics(record)
         self._window_loss.zero_()
-        self._window_tokens = 0
+        self._window_tokens = 0.0
+        self._window_local_tokens = 0
         self._window_start = time.perf_counter()
         return f"loss={loss:.3f} lr={lr:.2e} tok/s={tok_s:,.0f}"
 
-    def _validate(self) -> None:
-        self._last_eval_step = self.state.step
-        valid = self.data.valid
-        if valid is None:
+    def _write_metrics(self, record: dict[str, Any]) -> None:
+        if not self.info.is_main:
             return
-        start = time.perf_counter()
-        metrics = validation_loss(self.model, valid, self.tc, self.device, self._autocast)
-        n = min(self.tc.valid_bleu_sentences, len(valid))
+        record = {"step": self.state.step, **record, "time": time.time()}
+        with open(self.metrics_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record) + "\n")
+        if self.tb is not None:
+            for key, value in record.items():
+                if key not in ("step", "split", "time") and isinstance(value, (int, float)):
+                    self.tb.add_scalar(f"{record['split']}/{key}", value, self.state.step)
+            self.tb.flush()
+
+    # ------------------------------------------------------------------ validation, saving
+
+    def _validate(self) -> bool:
+        """Validate on rank 0 (the others wait); True when early stopping says stop."""
+        self._last_eval_step = self.state.step
+        stop = False
+        if self.info.is_main and self.data.valid is not None:
+            start = time.perf_counter()
+            stop = self._validate_main()
+            self._window_start += time.perf_counter() - start  # tok/s counts training only
+        return bool(distributed.broadcast(stop, self.info))
+
+    def _validate_main(self) -> bool:
+        st, tc, valid = self.state, self.tc, self.data.valid
+        metrics = validation_loss(self.model, valid, tc, self.device, self._autocast)
+        n = min(tc.valid_bleu_sentences, len(valid))
         if n:
             rows = valid.select(range(n))
             hyps = self.translator.translate(rows["src"])
             metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [rows["tgt"]]).score
-            if self.state.best_bleu is None or metrics["bleu"] > self.state.best_bleu:
-                self.state.best_bleu = metrics["bleu"]
-                save_best(self.run_dir, self.state.step, self.model, metrics["bleu"])
+        if "bleu" in metrics:
+            improved = st.best_bleu is None or metrics["bleu"] > st.best_bleu
+        else:
+            improved = st.best_loss is None or metrics["loss"] < st.best_loss
+        if improved:
+            st.bad_evals = 0
+            st.best_loss = metrics["loss"]
+            st.best_bleu = metrics.get("bleu")
+            save_best(self.run_dir, st.step, self.model, metrics)
+        else:
+            st.bad_evals += 1
         self._write_metrics({"split": "valid", **metrics})
-        self._window_start += time.perf_counter() - start  # keep tok/s about training only
         bleu = f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else ""
         log.info(
-            "step %d: valid loss %.3f, nll %.3f, ppl %.2f%s",
-            self.state.step,
+            "step %d: valid loss %.3f, nll %.3f, ppl %.2f%s%s",
+            st.step,
             metrics["loss"],
             metrics["nll"],
             metrics["ppl"],
             bleu,
+            "" if improved else f" (no improvement {st.bad_evals}×)",
         )
+        if tc.patience is not None and st.bad_evals >= tc.patience:
+            log.info("early stop: %d validations without improvement", st.bad_evals)
+            return True
+        return False
 
     def _save(self) -> None:
         self._last_save_step = self.state.step
-        save_checkpoint(self.run_dir, self.state.step, self.model, self._trainer_state())
-        prune(self.run_dir, self.tc.keep_last)
+        rng = distributed.gather(_rng_state(), self.info)  # every process's dropout stream
+        if self.info.is_main:
+            state = {
+                "train": asdict(self.state, dict_factory=_without_runtime_fields),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(),
+                "scaler": self.scaler.state_dict(),
+                "rng": rng,
+            }
+            save_checkpoint(self.run_dir, self.state.step, self.model, state)
+            prune(self.run_dir, self.tc.keep_last)
 
-    def _trainer_state(self) -> dict[str, Any]:
-        return {
-            "train": asdict(self.state),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": self.scaler.state_dict(),
-            "rng": _rng_state(),
-        }
 
-    def _write_metrics(self, record: dict[str, Any]) -> None:
-        record = {"step": self.state.step, **record, "time": time.time()}
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+def accumulate_gradients(
+    net: torch.nn.Module,
+    micro: list[Batch],
+    scale: float,
+    label_smoothing: float,
+    device: torch.device,
+    autocast=nullcontext,
+    scaler: torch.amp.GradScaler | None = None,
+    ddp: bool = False,
+) -> torch.Tensor:
+    """Add `scale` × ∇(summed loss) of each micro-batch to the gradients; return the loss sum.
+
+    With scale = 1 / (target tokens of all micro-batches), the gradients equal those of one
+    batch holding them all (the loss is normalised by target tokens, not by batches).
+    """
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    for i, batch in enumerate(micro):
+        # Under DDP only the last backward all-reduces; the others accumulate locally.
+        last = i == len(micro) - 1
+        with nullcontext() if last or not ddp else net.no_sync():
+            batch = batch.to(device)
+            with autocast():
+                logits = net(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            loss_sum = label_smoothed_loss(logits, batch.tgt_out, label_smoothing)
+            scaled = loss_sum * scale
+            (scaler.scale(scaled) if scaler is not None else scaled).backward()
+        total += loss_sum.detach()
+    return total
+
+
+def _without_runtime_fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
+    return {k: v for k, v in items if k != "stopped_by"}
 
 
 @torch.inference_mode()
@@ -381,9 +453,9 @@ def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dic
     model.eval()
     loss = nll = 0.0
     tokens = 0
-    lens = (np.asarray(valid["src_len"]), np.asarray(valid["tgt_len"]))
     token_ds = valid.select_columns(["src_ids", "tgt_ids"])
-    for batch in iterate(token_ds, token_budget_batches(*lens, tc.max_tokens)):
+    batches = token_budget_batches(*lengths(valid), tc.max_tokens)
+    for batch in iterate(token_ds, batches):
         tokens += batch.ntokens
         batch = batch.to(device)
         with autocast():
@@ -399,6 +471,22 @@ def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dic
     }
 
 
+def _memory(device: torch.device) -> dict[str, float]:
+    """Peak memory so far: process RSS, and CUDA allocations on a GPU."""
+    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    if device.type == "cuda":
+        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return out
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:  # tensorboard is optional
+        return None
+    return SummaryWriter(str(run_dir / "tensorboard"))
+
+
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -406,10 +494,19 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+def _set_rng_state(saved: list[dict[str, Any]] | dict[str, Any], info: distributed.Dist) -> None:
+    states = saved if isinstance(saved, list) else [saved]
+    if len(states) != info.world_size:
+        log.warning(
+            "the checkpoint was saved by %d processes, this run has %d: dropout streams restart",
+            len(states),
+            info.world_size,
+        )
+        return
+    mine = states[info.rank]
+    torch.set_rng_state(mine["torch"])
+    if "cuda" in mine and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(mine["cuda"])
 
 
 def _truncate_metrics(path: Path, step: int) -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from seq2seq.checkpoint import (
+    average_last,
     best_or_latest,
     latest_checkpoint,
     list_checkpoints,
@@ -82,5 +83,30 @@ def test_translation_uses_the_best_checkpoint_when_there_is_one(tmp_path, tiny_m
     model = _model(tiny_model_config)
     latest = save_checkpoint(tmp_path, 20, model, {})
     assert best_or_latest(tmp_path) == latest.weights
-    best = save_best(tmp_path, 10, model, bleu=12.5)
+    best = save_best(tmp_path, 10, model, {"bleu": 12.5, "loss": 2.0})
     assert best_or_latest(tmp_path) == best
+
+
+def test_averaged_checkpoint_is_the_mean_of_the_last_n(tmp_path, tiny_model_config):
+    model = _model(tiny_model_config)
+    snapshots = []
+    for step in (1, 2, 3, 4):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p))
+        snapshots.append({k: v.clone() for k, v in model.state_dict().items()})
+        save_checkpoint(tmp_path, step, model, {})
+    out, steps = average_last(tmp_path, 3)
+    assert steps == [2, 3, 4]
+    averaged = _model(tiny_model_config)
+    load_weights(averaged, out)
+    for name, value in averaged.state_dict().items():
+        expected = sum(s[name] for s in snapshots[1:]) / 3
+        assert torch.allclose(value, expected, atol=1e-6), name
+    assert averaged.output.weight is averaged.src_embed.weight
+
+
+def test_averaging_more_checkpoints_than_kept_is_a_clear_error(tmp_path, tiny_model_config):
+    save_checkpoint(tmp_path, 1, _model(tiny_model_config), {})
+    with pytest.raises(UserError, match="has 1 step checkpoint.*cannot average the last 5"):
+        average_last(tmp_path, 5)

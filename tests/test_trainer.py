@@ -9,11 +9,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from seq2seq.batching import collate
 from seq2seq.checkpoint import latest_checkpoint
-from seq2seq.config import validate_config
+from seq2seq.config import ModelConfig, validate_config
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.tokenizer import load_tokenizer
-from seq2seq.trainer import train
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import EOS_ID, load_tokenizer
+from seq2seq.trainer import accumulate_gradients, train
 
 from .conftest import write_parallel
 
@@ -110,3 +112,75 @@ def test_training_set_empty_after_filtering_is_a_clear_error(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, data={"max_len": 2}, train={"max_tokens": 512})
     with pytest.raises(UserError, match="training set is empty after filtering"):
         train(cfg, progress=False)
+
+
+def _random_pairs(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    pairs = []
+    for _ in range(n):
+        s_len, t_len = torch.randint(2, 9, (2,), generator=g).tolist()
+        src = torch.randint(4, 40, (s_len,), generator=g).tolist() + [EOS_ID]
+        pairs.append((src, torch.randint(4, 40, (t_len,), generator=g).tolist()))
+    return pairs
+
+
+def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch():
+    cfg = ModelConfig(
+        d_model=32,
+        heads=4,
+        encoder_layers=1,
+        decoder_layers=1,
+        ffn_dim=64,
+        dropout=0.0,
+        max_positions=32,
+    )
+    model = Transformer(cfg, 40, 40, joint_vocab=True)
+    first, second = _random_pairs(5, seed=1), _random_pairs(7, seed=2)
+    micro = [collate(*zip(*first)), collate(*zip(*second))]
+    whole = collate(*zip(*(first + second)))
+    tokens = sum(b.ntokens for b in micro)
+    assert tokens == whole.ntokens
+
+    accumulate_gradients(model, micro, 1 / tokens, 0.1, torch.device("cpu"))
+    accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad()
+    accumulate_gradients(model, [whole], 1 / tokens, 0.1, torch.device("cpu"))
+    for name, p in model.named_parameters():
+        assert torch.allclose(p.grad, accumulated[name], atol=1e-6, rtol=1e-4), name
+
+
+def test_early_stopping_after_patience_validations_without_improvement(tmp_path, corpus):
+    # A learning rate this small changes nothing a validation can see: no new best after the first.
+    cfg = _config(
+        tmp_path,
+        corpus,
+        train={
+            "lr": 1e-12,
+            "max_steps": 40,
+            "eval_every": 2,
+            "patience": 2,
+            "valid_bleu_sentences": 0,
+        },
+    )
+    state = train(cfg, progress=False)
+    assert state.step == 6  # best at 2, then 4 and 6 without improvement
+    assert latest_checkpoint(cfg.run_dir).step == 6
+    assert (cfg.run_dir / "checkpoints" / "best.safetensors").is_file()
+
+
+def test_time_budget_stops_training_with_a_checkpoint(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"max_steps": 100_000, "max_minutes": 0.002})
+    state = train(cfg, progress=False)
+    assert 0 < state.step < 100_000
+    assert latest_checkpoint(cfg.run_dir).step == state.step
+
+
+def test_metrics_log_loss_lr_throughput_grad_norm_and_memory(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus)
+    train(cfg, progress=False)
+    records = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
+    first_train = next(r for r in records if r["split"] == "train")
+    for key in ("loss", "lr", "tokens_per_s", "grad_norm", "peak_rss_mb", "epoch"):
+        assert key in first_train, key
+    valid = [r for r in records if r["split"] == "valid"]
+    assert {"loss", "nll", "ppl", "bleu"} <= set(valid[0])

@@ -1,0 +1,186 @@
+"""Training survives kills and signals: nothing is lost, and a resumed run ends where an
+uninterrupted one does, bit for bit (CPU)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from seq2seq.checkpoint import latest_checkpoint, list_checkpoints, load_weights
+from seq2seq.config import load_run_config
+from seq2seq.model import Transformer
+from seq2seq.tokenizer import load_tokenizer
+
+from .conftest import write_parallel
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_STEPS = 16
+SAVE_EVERY = 5
+
+CONFIG = """\
+run_dir: {run}
+data:
+  train: {{src: {data}/train.en, tgt: {data}/train.fr}}
+  max_len: 48
+tokenizer: {{vocab_size: 300}}
+model: {{d_model: 64, heads: 4, encoder_layers: 2, decoder_layers: 2, ffn_dim: 128,
+        dropout: 0.1, max_positions: 64}}
+train: {{max_tokens: 1200, max_steps: {steps}, warmup_steps: 4, log_every: 1,
+        eval_every: 1000, save_every: {save_every}, keep_last: 10, threads: 1}}
+"""
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory, demo_pairs) -> Path:
+    folder = tmp_path_factory.mktemp("faults-data")
+    write_parallel(folder, "train", demo_pairs)
+    return folder
+
+
+def _config(folder: Path, data: Path, name: str, steps: int = MAX_STEPS) -> tuple[Path, Path]:
+    run = folder / name
+    path = folder / f"{name}.yaml"
+    path.write_text(CONFIG.format(run=run, data=data, steps=steps, save_every=SAVE_EVERY))
+    return path, run
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+
+
+def _train(*args: str, script: str | None = None) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "seq2seq", "train", *args]
+    if script is not None:
+        cmd = [sys.executable, "-c", script, *args]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _logged_step(run: Path) -> int:
+    path = run / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
+    return max(steps, default=0)
+
+
+def _wait_for_step(proc: subprocess.Popen, run: Path, step: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while _logged_step(run) < step:
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended early:\n{proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("training too slow to reach the step")
+        time.sleep(0.005)
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(latest_checkpoint(run).weights))
+
+
+def _assert_identical(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), f"{name} differs"
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory, data_dir) -> dict[str, torch.Tensor]:
+    config, run = _config(tmp_path_factory.mktemp("whole"), data_dir, "run")
+    proc = _train("--config", str(config))
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return _final_weights(run)
+
+
+def test_resume_after_sigkill_between_checkpoints_matches_uninterrupted_run(
+    tmp_path, data_dir, uninterrupted
+):
+    config, run = _config(tmp_path, data_dir, "run")
+    proc = _train("--config", str(config))
+    _wait_for_step(proc, run, SAVE_EVERY + 2)
+    proc.send_signal(signal.SIGSTOP)  # freeze it where it is, then check where that is
+    killed_at = _logged_step(run)
+    proc.kill()
+    proc.communicate()
+    last_saved = latest_checkpoint(run).step
+    assert last_saved < killed_at < MAX_STEPS, "the kill must fall between two checkpoints"
+
+    resumed = _train("--config", str(config), "--resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    assert "resumed from" in err and f"(step {last_saved})" in err
+    _assert_identical(_final_weights(run), uninterrupted)
+    logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == sorted(set(logged)), "steps after the checkpoint were logged twice"
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tmp_path, data_dir, signum, code):
+    config, run = _config(tmp_path, data_dir, "run", steps=10_000)
+    proc = _train("--config", str(config))
+    _wait_for_step(proc, run, 3)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    stopped_at = latest_checkpoint(run).step
+    assert f"stopped by {signal.Signals(signum).name} at step {stopped_at}" in out
+    cfg = load_run_config(run)
+    tok = load_tokenizer(run, joint=True)
+    load_weights(
+        Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, True),
+        latest_checkpoint(run).weights,
+    )
+
+    more = _train("--config", str(config), "--resume", "--set", f"train.max_steps={stopped_at + 2}")
+    _, err = more.communicate(timeout=300)
+    assert more.returncode == 0, err
+    assert latest_checkpoint(run).step == stopped_at + 2
+
+
+KILLED_WHILE_SAVING = """
+import os, signal, sys
+from seq2seq import checkpoint
+save = checkpoint.save_model
+def dies_half_way(model, path, metadata=None):
+    if metadata and metadata.get("step") == "{step}":
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return save(model, path, metadata=metadata)
+checkpoint.save_model = dies_half_way
+from seq2seq.cli import main
+sys.argv = ["seq2seq", "train", *sys.argv[1:]]
+main()
+"""
+
+
+def test_kill_during_checkpoint_write_leaves_the_previous_one_loadable(
+    tmp_path, data_dir, uninterrupted
+):
+    config, run = _config(tmp_path, data_dir, "run")
+    proc = _train("--config", str(config), script=KILLED_WHILE_SAVING.format(step=2 * SAVE_EVERY))
+    proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL
+    assert [c.step for c in list_checkpoints(run)] == [SAVE_EVERY]
+    assert list((run / "checkpoints").glob(".*.tmp")), "the half-written file should be a temp"
+
+    resumed = _train("--config", str(config), "--resume")
+    _, err = resumed.communicate(timeout=300)
+    assert resumed.returncode == 0, err
+    _assert_identical(_final_weights(run), uninterrupted)
+    assert not list((run / "checkpoints").glob(".*.tmp"))
