@@ -31,7 +31,7 @@ from .config import Config
 from .data import Prepared, lengths, prepare_data
 from .errors import UserError
 from .files import atomic_write_text
-from .loss import label_smoothed_loss
+from .loss import TranslationLoss, label_smoothed_loss
 from .model import count_parameters
 from .rundir import prepare_run_dir
 from .runtime import autocast_dtype, resolve_device, set_threads
@@ -87,7 +87,9 @@ def _train(
         betas=tc.betas,
         eps=tc.eps,
         weight_decay=tc.weight_decay,
+        # One fused kernel on CUDA; on CPU the multi-tensor path beats the per-parameter loop.
         fused=device.type == "cuda",
+        foreach=device.type != "cuda",
     )
     scheduler = inverse_sqrt_scheduler(optimizer, tc.warmup_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=amp_dtype == torch.float16)
@@ -116,10 +118,11 @@ def _train(
         f" with {amp_dtype} autocast" if amp_dtype else "",
         f"; {info.world_size} processes" if info.enabled else "",
     )
-    net: torch.nn.Module = model
+    # DDP and compile wrap the objective (model + fused output layer and loss) as one forward.
+    net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing)
     if info.enabled:
         net = DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None
+            net, device_ids=[device.index] if device.type == "cuda" else None
         )
     if tc.compile:
         # Automatic dynamic shapes: after the first new batch shape, lengths become symbolic,
@@ -279,7 +282,6 @@ class _Loop:
             self.net,
             micro,
             scale=self.info.world_size / global_tokens,
-            label_smoothing=self.tc.label_smoothing,
             device=self.device,
             autocast=self._autocast,
             scaler=self.scaler,
@@ -416,13 +418,14 @@ def accumulate_gradients(
     net: torch.nn.Module,
     micro: list[Batch],
     scale: float,
-    label_smoothing: float,
     device: torch.device,
     autocast=nullcontext,
     scaler: torch.amp.GradScaler | None = None,
     ddp: bool = False,
 ) -> torch.Tensor:
     """Add `scale` × ∇(summed loss) of each micro-batch to the gradients; return the loss sum.
+
+    `net` maps a batch's tensors to its summed loss (a TranslationLoss, perhaps DDP-wrapped).
 
     With scale = 1 / (target tokens of all micro-batches), the gradients equal those of one
     batch holding them all (the loss is normalised by target tokens, not by batches).
@@ -434,8 +437,9 @@ def accumulate_gradients(
         with nullcontext() if last or not ddp else net.no_sync():
             batch = batch.to(device)
             with autocast():
-                logits = net(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-            loss_sum = label_smoothed_loss(logits, batch.tgt_out, label_smoothing)
+                loss_sum = net(
+                    batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask, batch.tgt_mask
+                )
             scaled = loss_sum * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         total += loss_sum.detach()

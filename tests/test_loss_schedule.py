@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.loss import label_smoothed_loss
+from seq2seq.batching import collate
+from seq2seq.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
+from seq2seq.model import Transformer
 from seq2seq.schedule import inverse_sqrt, inverse_sqrt_scheduler
 from seq2seq.tokenizer import PAD_ID
 
@@ -56,3 +58,39 @@ def test_scheduler_gives_the_first_update_the_first_warmup_rate():
     assert rates[0] == pytest.approx(0.1)
     assert rates[9] == pytest.approx(1.0)
     assert rates[19] == pytest.approx((10 / 20) ** 0.5)
+
+
+@pytest.mark.parametrize("rows", [1, 7, 300])  # one chunk, and several with a ragged last one
+def test_fused_output_layer_and_loss_equal_the_reference_in_value_and_gradient(rows):
+    hidden = torch.randn(rows, 16, requires_grad=True)
+    weight = (torch.randn(9000, 16) * 0.3).requires_grad_()
+    target = torch.randint(0, 9000, (rows,))
+
+    reference = label_smoothed_loss(hidden @ weight.T, target, 0.1)
+    reference.backward()
+    expected = hidden.grad.clone(), weight.grad.clone()
+    hidden.grad = weight.grad = None
+
+    fused = linear_cross_entropy(hidden, weight, target, 0.1)
+    (fused * 3.0).backward()  # the upstream gradient scales both results
+    assert torch.allclose(fused, reference, rtol=1e-5)
+    assert torch.allclose(hidden.grad, 3.0 * expected[0], atol=1e-5)
+    assert torch.allclose(weight.grad, 3.0 * expected[1], atol=1e-5)
+
+
+def test_translation_loss_is_the_summed_smoothed_loss_of_the_models_logits(tiny_model_config):
+    model = Transformer(tiny_model_config, 50, 50, joint_vocab=True).eval()
+    batch = collate([[5, 6, 7, 2], [8, 2]], [[10, 11, 12], [13]])
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    expected = label_smoothed_loss(logits, batch.tgt_out, 0.1)
+    got = TranslationLoss(model, 0.1)(
+        batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask, batch.tgt_mask
+    )
+    assert torch.allclose(got, expected, rtol=1e-5)
+
+
+def test_fused_loss_skips_gradient_work_when_not_training():
+    hidden, weight = torch.randn(5, 8), torch.randn(20, 8, requires_grad=True)
+    with torch.no_grad():
+        loss = linear_cross_entropy(hidden, weight, torch.randint(0, 20, (5,)), 0.1)
+    assert not loss.requires_grad

@@ -13,6 +13,7 @@ from seq2seq.batching import collate
 from seq2seq.checkpoint import latest_checkpoint
 from seq2seq.config import ModelConfig, validate_config
 from seq2seq.errors import ConfigError, UserError
+from seq2seq.loss import TranslationLoss
 from seq2seq.model import Transformer
 from seq2seq.tokenizer import EOS_ID, load_tokenizer
 from seq2seq.trainer import accumulate_gradients, train
@@ -141,10 +142,11 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch():
     tokens = sum(b.ntokens for b in micro)
     assert tokens == whole.ntokens
 
-    accumulate_gradients(model, micro, 1 / tokens, 0.1, torch.device("cpu"))
+    objective = TranslationLoss(model, smoothing=0.1)
+    accumulate_gradients(objective, micro, 1 / tokens, torch.device("cpu"))
     accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    accumulate_gradients(model, [whole], 1 / tokens, 0.1, torch.device("cpu"))
+    accumulate_gradients(objective, [whole], 1 / tokens, torch.device("cpu"))
     for name, p in model.named_parameters():
         assert torch.allclose(p.grad, accumulated[name], atol=1e-6, rtol=1e-4), name
 
