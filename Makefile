@@ -2,7 +2,7 @@ PYTHON ?= python
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo clean-demo
+.PHONY: install test lint demo clean-demo bench-train bench-data bench-gpu
 
 install:  ## editable install with dev tools; torch pinned to the local CPU wheel
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
@@ -22,3 +22,13 @@ demo:  ## generate the demo corpus, train, evaluate on the test split, translate
 
 clean-demo:
 	rm -rf runs/demo data/demo
+
+bench-train:  ## training throughput beside the HF Marian peer (needs ../shared)
+	$(PYTHON) scripts/bench_train.py --seconds 120
+
+bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
+	$(PYTHON) scripts/bench_data.py --pairs 1000000 5000000
+
+bench-gpu:  ## tokens/s and MFU of the base shape on synthetic batches (GPU)
+	$(PYTHON) scripts/bench_gpu.py
+	$(PYTHON) scripts/bench_gpu.py --compile

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -89,19 +91,22 @@ def token_budget_batches(
     src_lens = np.asarray(src_lens)
     tgt_lens = np.asarray(tgt_lens)
     n = len(src_lens)
-    perm = rng.permutation(n) if rng is not None else np.arange(n)
+    # int32 indices: per-pair bookkeeping is what grows with the corpus, so keep it small.
+    perm = (rng.permutation(n) if rng is not None else np.arange(n)).astype(np.int32)
     order = perm[np.lexsort((src_lens[perm], tgt_lens[perm]))]
-    longest_side = np.maximum(src_lens, tgt_lens)[order].tolist()
+    del perm
+    longest_side = np.maximum(src_lens[order], tgt_lens[order])
 
     cuts = [0]
     longest = 0
-    for i, length in enumerate(longest_side):
-        grown = max(longest, length)
-        if (i - cuts[-1] + 1) * grown > max_tokens and i > cuts[-1]:
-            cuts.append(i)
-            longest = length
-        else:
-            longest = grown
+    for start in range(0, n, 1 << 16):  # slices, so no corpus-sized Python list
+        for i, length in enumerate(longest_side[start : start + (1 << 16)].tolist(), start):
+            grown = max(longest, length)
+            if (i - cuts[-1] + 1) * grown > max_tokens and i > cuts[-1]:
+                cuts.append(i)
+                longest = length
+            else:
+                longest = grown
     cuts.append(n)
     batches = [order[a:b] for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     if rng is not None:
@@ -128,6 +133,40 @@ def _collate_rows(dataset, idx: np.ndarray) -> Batch:
     return collate(rows["src_ids"], rows["tgt_ids"])
 
 
+# Batches between returns of mapped corpus pages to the page cache. Each batch gathers rows from
+# all over the corpus and maps a few MiB of pages around them, so release often.
+RELEASE_EVERY = 64
+
+
+def release_arrow_pages() -> int:
+    """Unmap this process's resident pages of read-only memory-mapped Arrow files.
+
+    Random access over a memory-mapped corpus faults its pages into the process, so resident
+    memory would grow with the corpus. MADV_DONTNEED on a read-only file mapping only drops the
+    process's references: the pages stay in the page cache (shared with other ranks) and the
+    next read maps them back without touching the disk. Linux only; returns the bytes released.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    released = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or "w" in fields[1] or not fields[5].rstrip().endswith(".arrow"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if (
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+                == 0
+            ):
+                released += end - start
+    return released
+
+
+_MADV_DONTNEED = 4
+
+
 class _CollatedBatches(torch.utils.data.Dataset):
     """Batches of a tokenized dataset, collated on access so a loader worker can do it."""
 
@@ -138,6 +177,8 @@ class _CollatedBatches(torch.utils.data.Dataset):
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
+        if i % RELEASE_EVERY == RELEASE_EVERY - 1:
+            release_arrow_pages()
         return _collate_rows(self.dataset, self.batches[i])
 
 

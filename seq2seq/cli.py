@@ -255,6 +255,25 @@ def average(
     print(f"averaged steps {', '.join(map(str, steps))} into {out}")
 
 
+@app.command()
+@_user_errors
+def plot(
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory with a metrics log.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG to write (RUN/curves.png).")
+    ] = None,
+) -> None:
+    """Draw training and validation curves (loss, BLEU, learning rate) as a PNG.
+
+    Example:\n
+      seq2seq plot --run runs/demo
+    """
+    from .plot import plot_curves
+
+    print(plot_curves(run, output))
+
+
 @app.command("demo-data")
 @_user_errors
 def demo_data(

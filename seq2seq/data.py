@@ -11,8 +11,10 @@ from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow.compute as pc
 import torch
 
+from .batching import release_arrow_pages
 from .config import Config, CorpusConfig
 from .errors import UserError
 from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
@@ -20,6 +22,9 @@ from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
 log = logging.getLogger(__name__)
 
 FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+# Rows per Arrow record batch in the cache files. Opening a memory-mapped file reads every
+# batch's header, and each read maps ~64 KiB around it: fewer, larger batches keep that small.
+WRITER_BATCH_SIZE = 20_000
 _FORMAT_VERSION = "1"  # bump when the parsing below changes, to invalidate cached corpora
 
 
@@ -40,6 +45,7 @@ def load_corpus(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Da
                 features=FEATURES,
                 gen_kwargs={"paths": paths, "src_lang": src_lang, "tgt_lang": tgt_lang},
                 fingerprint=_content_fingerprint(paths, src_lang, tgt_lang),
+                writer_batch_size=WRITER_BATCH_SIZE,
             )
         except datasets.exceptions.DatasetGenerationError as e:
             # Our readers raise UserError with file and line; datasets wraps it.
@@ -199,33 +205,50 @@ class FilterReport:
         )
 
 
-def drop_empty(ds: datasets.Dataset) -> tuple[datasets.Dataset, int]:
-    """Remove pairs with an empty side."""
-    kept = ds.filter(
-        lambda src, tgt: [bool(s and t) for s, t in zip(src, tgt)],
-        input_columns=["src", "tgt"],
-        batched=True,
-    )
-    return kept, len(ds) - len(kept)
+def count_empty(ds: datasets.Dataset) -> int:
+    """Pairs with an empty side, counted column-wise in Arrow (no Python strings)."""
+    empty = 0
+    for table in ds.select_columns(["src", "tgt"]).with_format("arrow").iter(batch_size=100_000):
+        blank = pc.or_(
+            pc.equal(pc.utf8_length(table["src"]), 0), pc.equal(pc.utf8_length(table["tgt"]), 0)
+        )
+        empty += pc.sum(blank).as_py() or 0
+    return empty
 
 
-class _Encode:
-    """Picklable batch encoder for `datasets.map` (worker processes load the models themselves)."""
+class _EncodeAndFilter:
+    """Batch function for `datasets.map`: token ids and lengths of the pairs it keeps.
 
-    def __init__(self, run_dir: str, joint: bool):
-        self.run_dir, self.joint = run_dir, joint
+    Dropping pairs here rather than with `Dataset.filter` keeps the result one contiguous Arrow
+    table: a filter adds an indices mapping that every later read must go through, which costs
+    memory proportional to the corpus. Picklable for `num_proc` workers (each loads the models).
+    """
+
+    def __init__(self, run_dir: str, joint: bool, max_len: int):
+        self.run_dir, self.joint, self.max_len = run_dir, joint, max_len
         self._tok: Tokenizer | None = None
 
     def __call__(self, batch: dict[str, list[str]]) -> dict[str, list]:
         if self._tok is None:
             self._tok = load_tokenizer(Path(self.run_dir), self.joint)
-        src = self._tok.encode_src(batch["src"])
-        tgt = self._tok.encode_tgt(batch["tgt"])
+        pairs = [(s, t) for s, t in zip(batch["src"], batch["tgt"]) if s and t]
+        src_text = [s for s, _ in pairs]
+        tgt_text = [t for _, t in pairs]
+        src = self._tok.encode_src(src_text)
+        tgt = self._tok.encode_tgt(tgt_text)
+        # The decoder sees BOS + target and predicts target + EOS: one more than its pieces.
+        keep = [
+            i
+            for i in range(len(pairs))
+            if len(src[i]) <= self.max_len and len(tgt[i]) < self.max_len
+        ]
         return {
-            "src_ids": src,
-            "tgt_ids": tgt,
-            "src_len": [len(s) for s in src],
-            "tgt_len": [len(t) + 1 for t in tgt],  # decoder sees BOS+tgt and predicts tgt+EOS
+            "src": [src_text[i] for i in keep],
+            "tgt": [tgt_text[i] for i in keep],
+            "src_ids": [src[i] for i in keep],
+            "tgt_ids": [tgt[i] for i in keep],
+            "src_len": [len(src[i]) for i in keep],
+            "tgt_len": [len(tgt[i]) + 1 for i in keep],
         }
 
 
@@ -244,37 +267,34 @@ TOKEN_FEATURES = datasets.Features(
 def tokenize(
     ds: datasets.Dataset, run_dir: Path, joint: bool, max_len: int, num_proc: int = 1
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """Drop empty pairs, add token ids and lengths, drop pairs longer than `max_len` tokens."""
+    """Token ids and lengths of every pair, minus empty ones and those over `max_len` tokens."""
     read = len(ds)
-    ds, empty = drop_empty(ds)
+    empty = count_empty(ds)
     src_model, tgt_model = model_paths(run_dir, joint)
-    # Cache key: the corpus (datasets' own fingerprint of it) and the tokenizer's bytes.
+    # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, max_len.
     h = hashlib.blake2b(digest_size=16)
-    h.update(ds._fingerprint.encode())
+    h.update(f"{ds._fingerprint}|{max_len}".encode())
     for p in (src_model, tgt_model):
         h.update(p.read_bytes())
     ds = ds.map(
-        _Encode(str(run_dir), joint),
+        _EncodeAndFilter(str(run_dir), joint, max_len),
         batched=True,
         batch_size=2000,
         num_proc=num_proc if num_proc > 1 else None,
+        remove_columns=ds.column_names,
         features=TOKEN_FEATURES,
         new_fingerprint=h.hexdigest(),
+        writer_batch_size=WRITER_BATCH_SIZE,
         desc="tokenizing",
     )
-    before = len(ds)
-    ds = ds.filter(
-        lambda src_len, tgt_len: [s <= max_len and t <= max_len for s, t in zip(src_len, tgt_len)],
-        input_columns=["src_len", "tgt_len"],
-        batched=True,
-    )
-    return ds, FilterReport(read=read, empty=empty, too_long=before - len(ds))
+    release_arrow_pages()  # the passes above mapped in whole files; the loop needs none of it
+    return ds, FilterReport(read=read, empty=empty, too_long=read - empty - len(ds))
 
 
 def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
-    """Source and target lengths of a tokenized split as int64 arrays (read from Arrow)."""
-    columns = ds.with_format("numpy", columns=["src_len", "tgt_len"])[:]
-    return columns["src_len"].astype(np.int64), columns["tgt_len"].astype(np.int64)
+    """Source and target lengths of a tokenized split as int32 arrays (read from Arrow)."""
+    columns = ds.select_columns(["src_len", "tgt_len"]).with_format("numpy")[:]
+    return columns["src_len"].astype(np.int32), columns["tgt_len"].astype(np.int32)
 
 
 @dataclass

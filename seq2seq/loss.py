@@ -108,10 +108,11 @@ class TranslationLoss(nn.Module):
         tgt_in: torch.Tensor,
         tgt_out: torch.Tensor,
         src_mask: torch.Tensor,
-        tgt_mask: torch.Tensor,
     ) -> torch.Tensor:
         memory = self.model.encode(src, src_mask)
-        states = self.model.decoder_states(tgt_in, memory, src_mask, tgt_mask)
+        # Causal-only self-attention: padded target positions may see padding, but they are
+        # dropped below, and real positions never see a later (padded) key.
+        states = self.model.decoder_states(tgt_in, memory, src_mask, None)
         real = tgt_out != PAD_ID  # padded positions cost nothing in the output layer
         return linear_cross_entropy(
             states[real], self.model.output.weight, tgt_out[real], self.smoothing

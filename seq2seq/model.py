@@ -30,13 +30,21 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, dropout: float = 0.0
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    dropout: float = 0.0,
 ) -> torch.Tensor:
     """§3.2.1 scaled dot-product attention; `mask` [B, 1, Tq|1, Tk] is True where allowed.
 
     A boolean mask makes SDPA add -inf to disallowed scores, so they get exactly zero weight.
+    `mask=None` means causal only (each query sees itself and earlier keys), which lets SDPA
+    use its fastest (flash) kernels.
     """
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None
+    )
 
 
 class _MaskedScale(torch.autograd.Function):
@@ -94,7 +102,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor, memory: torch.Tensor | None = None
+        self, x: torch.Tensor, mask: torch.Tensor | None, memory: torch.Tensor | None = None
     ) -> torch.Tensor:
         if memory is None:
             q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
@@ -105,7 +113,7 @@ class MultiHeadAttention(nn.Module):
             self._split_heads(q),
             self._split_heads(k),
             self._split_heads(v),
-            mask.unsqueeze(1),  # broadcast over heads
+            None if mask is None else mask.unsqueeze(1),  # broadcast over heads
             self.dropout if self.training else 0.0,
         )
         b, _, t, _ = y.shape
@@ -178,7 +186,7 @@ class DecoderLayer(nn.Module):
         x: torch.Tensor,
         memory: torch.Tensor,
         src_mask: torch.Tensor,
-        tgt_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         x = self.self_block(x, lambda h: self.self_attn(h, tgt_mask))
         # The queries are the self-attention block's output, not the layer's input.
@@ -261,9 +269,13 @@ class Transformer(nn.Module):
         tgt_in: torch.Tensor,
         memory: torch.Tensor,
         src_mask: torch.Tensor,
-        tgt_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Final decoder hidden states [B, T, d_model]."""
+        """Final decoder hidden states [B, T, d_model].
+
+        `tgt_mask=None` is causal only: exact for every real position (keys after it are the
+        only padding), so training, which ignores padded positions, may use the faster path.
+        """
         x = self.embed(self.tgt_embed, tgt_in)
         for layer in self.decoder_layers:
             x = layer(x, memory, src_mask, tgt_mask)

@@ -31,6 +31,13 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
+def fast_math(device: torch.device) -> None:
+    """On CUDA let float32 matmuls use TF32 tensor cores (what is left outside autocast)."""
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+
+
 def set_threads(threads: int | None) -> None:
     """Limit torch's CPU threads when asked to."""
     if threads:

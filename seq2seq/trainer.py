@@ -34,7 +34,7 @@ from .files import atomic_write_text
 from .loss import TranslationLoss, label_smoothed_loss
 from .model import count_parameters
 from .rundir import prepare_run_dir
-from .runtime import autocast_dtype, resolve_device, set_threads
+from .runtime import autocast_dtype, fast_math, resolve_device, set_threads
 from .schedule import inverse_sqrt_scheduler
 from .translator import Translator, build_model
 
@@ -72,6 +72,7 @@ def _train(
 ) -> TrainState:
     tc = cfg.train
     amp_dtype = autocast_dtype(device, tc.precision)
+    fast_math(device)
     set_threads(tc.threads)
     with distributed.main_first(info):
         latest, reuse_tokenizer = prepare_run_dir(cfg, resume, write=info.is_main)
@@ -437,9 +438,7 @@ def accumulate_gradients(
         with nullcontext() if last or not ddp else net.no_sync():
             batch = batch.to(device)
             with autocast():
-                loss_sum = net(
-                    batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask, batch.tgt_mask
-                )
+                loss_sum = net(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask)
             scaled = loss_sum * scale
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         total += loss_sum.detach()

@@ -83,9 +83,7 @@ def test_translation_loss_is_the_summed_smoothed_loss_of_the_models_logits(tiny_
     batch = collate([[5, 6, 7, 2], [8, 2]], [[10, 11, 12], [13]])
     logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     expected = label_smoothed_loss(logits, batch.tgt_out, 0.1)
-    got = TranslationLoss(model, 0.1)(
-        batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask, batch.tgt_mask
-    )
+    got = TranslationLoss(model, 0.1)(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask)
     assert torch.allclose(got, expected, rtol=1e-5)
 
 

@@ -186,3 +186,49 @@ def test_metrics_log_loss_lr_throughput_grad_norm_and_memory(tmp_path, corpus):
         assert key in first_train, key
     valid = [r for r in records if r["split"] == "valid"]
     assert {"loss", "nll", "ppl", "bleu"} <= set(valid[0])
+
+
+def test_tensorboard_scalars_are_written_when_tensorboard_is_installed(tmp_path, corpus):
+    pytest.importorskip("tensorboard")
+    cfg = _config(tmp_path, corpus, train={"max_steps": 4})
+    train(cfg, progress=False)
+    events = list((cfg.run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager_and_recompiles_a_bounded_number_of_times(tmp_path, corpus):
+    import torch._dynamo
+
+    # dropout 0 and a large Adam eps make the two runs comparable step for step.
+    common = {"max_steps": 6, "eps": 1e-3}
+    eager = _config(tmp_path, corpus, run="eager", train=common, model={"dropout": 0.0})
+    train(eager, progress=False)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = _config(
+        tmp_path,
+        corpus,
+        run="compiled",
+        train={**common, "compile": True},
+        model={"dropout": 0.0},
+    )
+    train(compiled, progress=False)
+    a, b = _weights(eager.run_dir), _weights(compiled.run_dir)
+    for name in a:
+        assert torch.allclose(a[name], b[name], atol=1e-4), name
+    # Six batches of six different shapes: one static graph, then one with symbolic lengths.
+    shapes = len(set(_batch_shapes(compiled, steps=6)))
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert shapes == 6 and graphs <= 2
+
+
+def _batch_shapes(cfg, steps):
+    from seq2seq.batching import epoch_batches
+    from seq2seq.data import lengths, load_corpus, tokenize
+
+    raw = load_corpus(cfg.data.train, "en", "fr")
+    ds, _ = tokenize(raw, cfg.run_dir, True, cfg.data.max_len)
+    src, tgt = lengths(ds)
+    batches = epoch_batches(src, tgt, cfg.train.max_tokens, cfg.train.seed, 0)[:steps]
+    return [(len(b), int(src[b].max()), int(tgt[b].max())) for b in batches]
