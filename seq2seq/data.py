@@ -213,6 +213,7 @@ def count_empty(ds: datasets.Dataset) -> int:
             pc.equal(pc.utf8_length(table["src"]), 0), pc.equal(pc.utf8_length(table["tgt"]), 0)
         )
         empty += pc.sum(blank).as_py() or 0
+        release_arrow_pages()  # a streaming pass: what it has read is not needed again
     return empty
 
 
@@ -293,8 +294,11 @@ def tokenize(
 
 def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
     """Source and target lengths of a tokenized split as int32 arrays (read from Arrow)."""
-    columns = ds.select_columns(["src_len", "tgt_len"]).with_format("numpy")[:]
-    return columns["src_len"].astype(np.int32), columns["tgt_len"].astype(np.int32)
+    # Straight from Arrow: datasets' numpy formatting of the same columns peaks ~6x higher.
+    table = ds.select_columns(["src_len", "tgt_len"]).with_format("arrow")[:]
+    out = tuple(table.column(c).to_numpy().astype(np.int32) for c in ("src_len", "tgt_len"))
+    release_arrow_pages()
+    return out
 
 
 @dataclass
@@ -351,5 +355,7 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
 
 def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:
     # Read in slices so a large corpus never sits in memory as one Python list.
-    for batch in ds.select_columns([name]).iter(batch_size=10_000):
+    for i, batch in enumerate(ds.select_columns([name]).iter(batch_size=10_000)):
         yield from batch[name]
+        if i % 10 == 9:
+            release_arrow_pages()

@@ -194,7 +194,6 @@ class _Loop:
 
     def run(self, progress: bool = True) -> None:
         st, tc = self.state, self.tc
-        self._check_epoch_size()
         bar = tqdm(
             total=tc.max_steps,
             initial=st.step,
@@ -243,21 +242,18 @@ class _Loop:
             self._save()
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 
-    def _check_epoch_size(self) -> None:
-        batches = epoch_batches(self.src_lens, self.tgt_lens, self.tc.max_tokens, self.tc.seed, 0)
-        needed = self.info.world_size * self.tc.update_freq
-        if len(batches) < needed:
-            raise UserError(
-                f"an epoch has {len(batches)} batches but one update needs {needed} "
-                f"({self.info.world_size} processes × update_freq {self.tc.update_freq}); "
-                "lower train.max_tokens or update_freq, or use more data"
-            )
-
     def _updates(self) -> Iterator[list[Batch]]:
         """This process's micro-batches for each update, from the saved data position on."""
         st, tc, info = self.state, self.tc, self.info
         while tc.max_epochs is None or st.epoch < tc.max_epochs:
             batches = epoch_batches(self.src_lens, self.tgt_lens, tc.max_tokens, tc.seed, st.epoch)
+            needed = info.world_size * tc.update_freq
+            if len(batches) < needed:
+                raise UserError(
+                    f"an epoch has {len(batches)} batches but one update needs {needed} "
+                    f"({info.world_size} processes × update_freq {tc.update_freq}); "
+                    "lower train.max_tokens or update_freq, or use more data"
+                )
             groups = update_groups(
                 len(batches), st.batch_in_epoch, info.world_size, info.rank, tc.update_freq
             )

@@ -232,3 +232,17 @@ def _batch_shapes(cfg, steps):
     src, tgt = lengths(ds)
     batches = epoch_batches(src, tgt, cfg.train.max_tokens, cfg.train.seed, 0)[:steps]
     return [(len(b), int(src[b].max()), int(tgt[b].max())) for b in batches]
+
+
+def test_background_loader_workers_train_to_the_same_weights(tmp_path, corpus):
+    train(_config(tmp_path, corpus, run="inline", train={"num_workers": 0}), progress=False)
+    train(_config(tmp_path, corpus, run="worker", train={"num_workers": 1}), progress=False)
+    a, b = _weights(tmp_path / "inline"), _weights(tmp_path / "worker")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+
+def test_an_update_larger_than_an_epoch_is_a_clear_error(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"update_freq": 100_000})
+    with pytest.raises(UserError, match="one update needs 100000"):
+        train(cfg, progress=False)
