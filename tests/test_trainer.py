@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from seq2seq.batching import collate
 from seq2seq.checkpoint import latest_checkpoint
-from seq2seq.config import ModelConfig, validate_config
+from seq2seq.config import validate_config
 from seq2seq.errors import ConfigError, UserError
 from seq2seq.loss import TranslationLoss
 from seq2seq.model import Transformer
@@ -125,17 +125,8 @@ def _random_pairs(n, seed):
     return pairs
 
 
-def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch():
-    cfg = ModelConfig(
-        d_model=32,
-        heads=4,
-        encoder_layers=1,
-        decoder_layers=1,
-        ffn_dim=64,
-        dropout=0.0,
-        max_positions=32,
-    )
-    model = Transformer(cfg, 40, 40, joint_vocab=True)
+def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch(tiny_model_config):
+    model = Transformer(tiny_model_config, 40, 40, joint_vocab=True)
     first, second = _random_pairs(5, seed=1), _random_pairs(7, seed=2)
     micro = [collate(*zip(*first)), collate(*zip(*second))]
     whole = collate(*zip(*(first + second)))
