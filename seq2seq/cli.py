@@ -159,6 +159,30 @@ def _dry_run(cfg) -> None:
         print("  " + line)
 
 
+def _decode_options(beam_size, nbest, length_penalty, batch_size, max_tokens) -> dict:
+    return {
+        "beam_size": beam_size,
+        "nbest": nbest,
+        "length_penalty": length_penalty,
+        "batch_size": batch_size,
+        "max_tokens": max_tokens,
+    }
+
+
+BeamSize = Annotated[
+    int | None, typer.Option(help="Beam width; 1 is greedy (default: the run's decode.beam_size).")
+]
+LengthPenalty = Annotated[
+    float | None, typer.Option(help="α of the GNMT length penalty ((5+len)/6)^α.")
+]
+BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
+MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
+Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+Checkpoint = Annotated[
+    Path | None, typer.Option(help="Weights to use (default: best, else latest).")
+]
+
+
 @app.command()
 @_user_errors
 def evaluate(
@@ -169,38 +193,86 @@ def evaluate(
     ref: Annotated[
         Path | None, typer.Option(help="Reference file, line-aligned with --src.")
     ] = None,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help="Weights to use (default: best, else latest).")
-    ] = None,
+    hub: Annotated[str | None, typer.Option(help="A hub test set instead, e.g. wmt/wmt14.")] = None,
+    hub_config: Annotated[str | None, typer.Option(help="Its configuration, e.g. fr-en.")] = None,
+    hub_split: Annotated[str, typer.Option(help="Its split.")] = "test",
+    checkpoint: Checkpoint = None,
+    beam_size: BeamSize = None,
+    length_penalty: LengthPenalty = None,
+    batch_size: BatchSize = None,
+    max_tokens: MaxTokens = None,
+    device: Device = "auto",
     output_dir: Annotated[
-        Path | None, typer.Option(help="Where hypotheses and the JSON report go (RUN/eval).")
+        Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
+    ] = None,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON report to this file.")
     ] = None,
     min_bleu: Annotated[
         float | None, typer.Option(help="Exit with status 1 when BLEU is below this.")
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    batch_size: Annotated[int | None, typer.Option(help="Sentences decoded together.")] = None,
+    baseline: Annotated[
+        Path | None,
+        typer.Option(help="An earlier JSON report on the same references to compare with."),
+    ] = None,
+    fail_on_regression: Annotated[
+        bool, typer.Option(help="With --baseline: exit 1 when BLEU dropped significantly.")
+    ] = False,
 ) -> None:
-    """Translate a test set and score it with sacrebleu (BLEU, chrF).
+    """Translate a test set (beam search) and score it: BLEU, chrF, TER with signatures.
 
     Examples:\n
       seq2seq evaluate --run runs/demo --split test\n
-      seq2seq evaluate --run runs/demo --src newstest.en --ref newstest.fr --min-bleu 30
+      seq2seq evaluate --run runs/demo --src newstest.en --ref newstest.fr --min-bleu 30\n
+      seq2seq evaluate --run runs/new --json new.json --baseline old.json --fail-on-regression
     """
+    from .config import CorpusConfig
     from .evaluate import evaluate as run_evaluation
 
-    report = run_evaluation(run, split, src, ref, checkpoint, output_dir, device, batch_size)
+    if fail_on_regression and baseline is None:
+        raise UserError("--fail-on-regression needs --baseline OLD_REPORT.json")
+    hub_spec = CorpusConfig(hub=hub, hub_config=hub_config, split=hub_split) if hub else None
+    decode = _decode_options(beam_size, None, length_penalty, batch_size, max_tokens)
+    report = run_evaluation(
+        run,
+        split,
+        src,
+        ref,
+        hub_spec,
+        checkpoint,
+        output_dir,
+        json_path,
+        device,
+        decode,
+        baseline,
+    )
     print(f"BLEU = {report['bleu']:.2f}  {report['bleu_signature']}")
     print(f"  {report['bleu_detail']}")
     print(f"chrF2 = {report['chrf']:.2f}  {report['chrf_signature']}")
+    print(f"TER = {report['ter']:.2f}  {report['ter_signature']}")
     log.info(
         "%d sentences; hypotheses in %s, report in %s",
         report["sentences"],
-        report["hypotheses"],
+        report["hypotheses_file"],
         report["report"],
     )
+    failed = False
+    comparison = report.get("comparison")
+    if comparison is not None:
+        verdict = "significant" if comparison["significant"] else "not significant"
+        print(
+            f"BLEU vs baseline: {comparison['baseline']:.2f} → {comparison['candidate']:.2f}, "
+            f"Δ = {comparison['delta']:+.2f} (95% interval {comparison['ci_low']:+.2f} to "
+            f"{comparison['ci_high']:+.2f}), p = {comparison['p_value']:.4f} ({verdict}; "
+            f"paired bootstrap, {comparison['samples']} resamples)"
+        )
+        if fail_on_regression and comparison["delta"] < 0 and comparison["significant"]:
+            print("error: BLEU dropped significantly against the baseline", file=sys.stderr)
+            failed = True
     if min_bleu is not None and report["bleu"] < min_bleu:
         print(f"error: BLEU {report['bleu']:.2f} is below --min-bleu {min_bleu}", file=sys.stderr)
+        failed = True
+    if failed:
         raise typer.Exit(1)
 
 
@@ -213,22 +285,31 @@ def translate(
     output: Annotated[
         Path | None, typer.Option("--output", "-o", help="Output file (stdout).")
     ] = None,
-    checkpoint: Annotated[
-        Path | None, typer.Option(help="Weights to use (default: best, else latest).")
+    checkpoint: Checkpoint = None,
+    beam_size: BeamSize = None,
+    nbest: Annotated[
+        int | None,
+        typer.Option(help="Print the N best as `line ||| translation ||| score` lines."),
     ] = None,
-    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")] = "auto",
-    batch_size: Annotated[int | None, typer.Option(help="Sentences decoded together.")] = None,
+    length_penalty: LengthPenalty = None,
+    batch_size: BatchSize = None,
+    max_tokens: MaxTokens = None,
+    device: Device = "auto",
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output), one line per line.
 
     Examples:\n
       echo "I have three cats." | seq2seq translate --run runs/demo\n
-      seq2seq translate --run runs/demo --input in.en --output out.fr
+      seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
+      seq2seq translate --run runs/demo --nbest 4 < in.en | head
     """
     from .translate import translate_files
     from .translator import load_translator
 
-    translator, _ = load_translator(run, checkpoint, device, batch_size)
+    # A closed pipe (`| head`) ends the process quietly, as it does any Unix filter.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    decode = _decode_options(beam_size, nbest, length_penalty, batch_size, max_tokens)
+    translator, _ = load_translator(run, checkpoint, device, decode)
     translate_files(translator, input, output)
 
 

@@ -180,13 +180,28 @@ class TrainConfig(_Strict):
 
 
 class DecodeConfig(_Strict):
-    """Decoding settings used by validation, `evaluate` and `translate`."""
+    """Decoding settings of `evaluate` and `translate` (validation during training is greedy)."""
+
+    beam_size: PositiveInt = Field(4, description="Beam width; 1 is greedy search (§6.1: 4).")
+    length_penalty: Annotated[float, Field(ge=0.0)] = Field(
+        0.6, description="α of GNMT's ((5+len)/6)^α that scores are divided by (§6.1: 0.6)."
+    )
+    nbest: PositiveInt = Field(1, description="Hypotheses returned per sentence (≤ beam_size).")
 
     max_len_a: Annotated[float, Field(ge=0.0)] = Field(
         1.0, description="Output length cap is `a × source length + b` tokens."
     )
     max_len_b: Annotated[int, Field(ge=0)] = Field(50, description="See max_len_a (§6.1: +50).")
     batch_size: PositiveInt = Field(64, description="Sentences decoded together.")
+    max_tokens: PositiveInt | None = Field(
+        None, description="Also cap a batch at this many source tokens (padding included)."
+    )
+
+    @model_validator(mode="after")
+    def _nbest_fits_beam(self) -> DecodeConfig:
+        if self.nbest > self.beam_size:
+            raise ValueError(f"nbest ({self.nbest}) must not exceed beam_size ({self.beam_size})")
+        return self
 
 
 class Config(_Strict):
@@ -264,6 +279,15 @@ def _format_errors(e: ValidationError) -> str:
                 msg += f" (got {err['input']!r})"
         lines.append(f"  {loc}: {msg}")
     return "\n".join(lines)
+
+
+def with_changes(section: BaseModel, changes: dict[str, Any]):
+    """A copy of a config section with some keys changed (None values ignored), validated."""
+    data = {**section.model_dump(), **{k: v for k, v in changes.items() if v is not None}}
+    try:
+        return type(section).model_validate(data)
+    except ValidationError as e:
+        raise ConfigError("invalid options:\n" + _format_errors(e)) from None
 
 
 def apply_override(data: dict[str, Any], item: str) -> None:

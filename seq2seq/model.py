@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -35,15 +36,16 @@ def attend(
     v: torch.Tensor,
     mask: torch.Tensor | None,
     dropout: float = 0.0,
+    causal: bool = False,
 ) -> torch.Tensor:
     """§3.2.1 scaled dot-product attention; `mask` [B, 1, Tq|1, Tk] is True where allowed.
 
     A boolean mask makes SDPA add -inf to disallowed scores, so they get exactly zero weight.
-    `mask=None` means causal only (each query sees itself and earlier keys), which lets SDPA
-    use its fastest (flash) kernels.
+    `causal` (without a mask) lets each query see itself and earlier keys only, which lets SDPA
+    use its fastest (flash) kernels; no mask and not causal: every key is visible.
     """
     return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=mask is None
+        q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=causal
     )
 
 
@@ -102,19 +104,51 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(d_model, d_model)
 
     def forward(
-        self, x: torch.Tensor, mask: torch.Tensor | None, memory: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None,
+        memory: torch.Tensor | None = None,
+        causal: bool = False,
     ) -> torch.Tensor:
         if memory is None:
             q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
+            k, v = self._split_heads(k), self._split_heads(v)
         else:
             q = self.q_proj(x)
-            k, v = self.kv_proj(memory).split(self.d_model, dim=-1)
+            k, v = self.memory_keys_values(memory)
+        return self._attend(self._split_heads(q), k, v, mask, causal)
+
+    def memory_keys_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Cross-attention keys and values of the encoder output, [B, H, S, d_head] each."""
+        k, v = self.kv_proj(memory).split(self.d_model, dim=-1)
+        return self._split_heads(k), self._split_heads(v)
+
+    def step(
+        self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Self-attention of one new position over itself and the cached ones; returns the
+        output and the keys/values grown by that position."""
+        q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
+        k = torch.cat([past_k, self._split_heads(k)], dim=2)
+        v = torch.cat([past_v, self._split_heads(v)], dim=2)
+        # The newest position may see every cached one: no mask (and not SDPA's `is_causal`,
+        # which would align a single query with the first key).
+        return self._attend(self._split_heads(q), k, v, None), k, v
+
+    def step_cross(
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, src_mask: torch.Tensor
+    ) -> torch.Tensor:
+        """Cross-attention of new positions over cached encoder keys/values."""
+        return self._attend(self._split_heads(self.q_proj(x)), k, v, src_mask.unsqueeze(1))
+
+    def _attend(self, q, k, v, mask, causal: bool = False) -> torch.Tensor:
         y = attend(
-            self._split_heads(q),
-            self._split_heads(k),
-            self._split_heads(v),
+            q,
+            k,
+            v,
             None if mask is None else mask.unsqueeze(1),  # broadcast over heads
             self.dropout if self.training else 0.0,
+            causal,
         )
         b, _, t, _ = y.shape
         return self.out_proj(y.transpose(1, 2).reshape(b, t, self.d_model))
@@ -188,10 +222,59 @@ class DecoderLayer(nn.Module):
         src_mask: torch.Tensor,
         tgt_mask: torch.Tensor | None,
     ) -> torch.Tensor:
-        x = self.self_block(x, lambda h: self.self_attn(h, tgt_mask))
+        causal = tgt_mask is None
+        x = self.self_block(x, lambda h: self.self_attn(h, tgt_mask, causal=causal))
         # The queries are the self-attention block's output, not the layer's input.
         x = self.cross_block(x, lambda h: self.cross_attn(h, src_mask.unsqueeze(1), memory))
         return self.ffn_block(x, self.ffn)
+
+    def step(self, x: torch.Tensor, cache: DecoderCache, layer: int) -> torch.Tensor:
+        """One new position through the layer, reading and growing the layer's cache."""
+        k, v = cache.self_k[layer], cache.self_v[layer]
+
+        def self_attention(h: torch.Tensor) -> torch.Tensor:
+            y, cache.self_k[layer], cache.self_v[layer] = self.self_attn.step(h, k, v)
+            return y
+
+        x = self.self_block(x, self_attention)
+        x = self.cross_block(
+            x,
+            lambda h: self.cross_attn.step_cross(
+                h, cache.cross_k[layer], cache.cross_v[layer], cache.src_mask
+            ),
+        )
+        return self.ffn_block(x, self.ffn)
+
+
+@dataclass
+class DecoderCache:
+    """What incremental decoding keeps between steps (fairseq's incremental state).
+
+    Per decoder layer: self-attention keys/values of the positions decoded so far, and the
+    cross-attention keys/values of the encoder output, computed once per source.
+    """
+
+    self_k: list[torch.Tensor]  # [N, H, t, d_head] each
+    self_v: list[torch.Tensor]
+    cross_k: list[torch.Tensor]  # [N, H, S, d_head] each
+    cross_v: list[torch.Tensor]
+    src_mask: torch.Tensor  # [N, S]
+    length: int = 0  # positions decoded so far
+
+    def select(self, rows: torch.Tensor) -> DecoderCache:
+        """The cache of rows `rows` (reordering beams, dropping finished sentences)."""
+
+        def pick(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+            return [t.index_select(0, rows) for t in tensors]
+
+        return DecoderCache(
+            pick(self.self_k),
+            pick(self.self_v),
+            pick(self.cross_k),
+            pick(self.cross_v),
+            self.src_mask.index_select(0, rows),
+            self.length,
+        )
 
 
 class Transformer(nn.Module):
@@ -284,6 +367,28 @@ class Transformer(nn.Module):
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """Pre-softmax scores over the target vocabulary."""
         return self.output(states)
+
+    def start_decoding(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
+        """An empty incremental-decoding cache, cross-attention keys/values computed once."""
+        cross = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder_layers]
+        heads = self.cfg.heads
+        empty = memory.new_zeros(memory.size(0), heads, 0, self.cfg.d_model // heads)
+        n = len(self.decoder_layers)
+        return DecoderCache(
+            [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask
+        )
+
+    def decode_step(self, ids: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+        """Logits [N, V] for the next position after feeding `ids` [N] (the latest tokens).
+
+        Equal to the last position of the full decoder on the whole prefix, at O(t) per step
+        instead of O(t²); `cache` grows by one position.
+        """
+        x = self.embed(self.tgt_embed, ids.unsqueeze(1), offset=cache.length)
+        for i, layer in enumerate(self.decoder_layers):
+            x = layer.step(x, cache, i)
+        cache.length += 1
+        return self.logits(self.decoder_norm(x)).squeeze(1)
 
     def forward(
         self,

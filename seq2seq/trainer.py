@@ -165,7 +165,9 @@ class _Loop:
         )
         self.run_dir = Path(cfg.run_dir)
         self.metrics_path = self.run_dir / METRICS_NAME
-        self.translator = Translator(model, data.tokenizer, cfg.decode, device, amp_dtype)
+        # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost.
+        greedy = cfg.decode.model_copy(update={"beam_size": 1, "nbest": 1})
+        self.translator = Translator(model, data.tokenizer, greedy, device, amp_dtype)
         self.src_lens, self.tgt_lens = lengths(data.train)
         self.token_ds = data.train.select_columns(["src_ids", "tgt_ids"])
         cuda = device.type == "cuda"

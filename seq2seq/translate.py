@@ -1,4 +1,8 @@
-"""`seq2seq translate`: lines in, translations out, one output line per input line."""
+"""`seq2seq translate`: lines in, translations out, one output line per input line.
+
+With n-best output each input line gives its hypotheses as Moses-style lines,
+`index ||| translation ||| score` (index counting input lines from 0, best first).
+"""
 
 from __future__ import annotations
 
@@ -23,21 +27,31 @@ def translate_stream(
     chunk_lines: int = CHUNK_LINES,
 ) -> int:
     """Translate raw lines chunk by chunk, flushing each chunk's output; return the count."""
-    buffer: list[str] = []
+    chunk: list[str] = []
+    first = 0  # index of the chunk's first line
     count = 0
-
-    def flush() -> None:
-        out.write("".join(t + "\n" for t in translator.translate(buffer)))
-        out.flush()
-        buffer.clear()
-
     for count, raw in enumerate(lines, 1):
-        buffer.append(decode_line(raw, name, count))
-        if len(buffer) >= chunk_lines:
-            flush()
-    if buffer:
-        flush()
+        if not chunk:
+            first = count - 1
+        chunk.append(decode_line(raw, name, count))
+        if len(chunk) >= chunk_lines:
+            out.write(_render(translator, chunk, first))
+            out.flush()
+            chunk = []
+    if chunk:
+        out.write(_render(translator, chunk, first))
+        out.flush()
     return count
+
+
+def _render(translator: Translator, chunk: list[str], first: int) -> str:
+    if translator.decode.nbest == 1:
+        return "".join(t + "\n" for t in translator.translate(chunk))
+    return "".join(
+        f"{first + i} ||| {text} ||| {score:.4f}\n"
+        for i, hyps in enumerate(translator.translate_nbest(chunk))
+        for text, score in hyps
+    )
 
 
 def translate_files(translator: Translator, input: Path | None, output: Path | None) -> int:
@@ -52,13 +66,15 @@ def translate_files(translator: Translator, input: Path | None, output: Path | N
             raise UserError(f"cannot read input file {input}: {e.strerror}") from None
     name = "stdin" if input is None else str(input)
     try:
+        # Typed at a terminal, each line is answered at once; piped, lines go in batches.
+        chunk = 1 if input is None and sys.stdin.isatty() else CHUNK_LINES
         if output is None:
-            return translate_stream(translator, source, sys.stdout, name)
+            return translate_stream(translator, source, sys.stdout, name, chunk)
         counted = []
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
-                counted.append(translate_stream(translator, source, out, name))
+                counted.append(translate_stream(translator, source, out, name, chunk))
 
         atomic_write(output, write)
         return counted[0]

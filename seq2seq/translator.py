@@ -10,11 +10,11 @@ import torch
 
 from .batching import pad, padding_mask
 from .checkpoint import best_or_latest, load_weights
-from .config import DecodeConfig, ModelConfig, load_run_config
+from .config import DecodeConfig, ModelConfig, load_run_config, with_changes
 from .errors import UserError
 from .model import Transformer
 from .runtime import autocast_dtype, resolve_device
-from .search import greedy
+from .search import beam_search, greedy
 from .tokenizer import EOS_ID, Tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -26,7 +26,7 @@ def build_model(cfg: ModelConfig, tokenizer: Tokenizer) -> Transformer:
 
 
 class Translator:
-    """Translates lists of lines in length-sorted batches; one output per input, always."""
+    """Translates lists of lines in length-sorted batches; one result per input, always."""
 
     def __init__(
         self,
@@ -41,8 +41,12 @@ class Translator:
         self.max_src_len = model.cfg.max_positions
 
     def translate(self, lines: list[str]) -> list[str]:
-        """Translate each line; empty (or blank) lines give empty outputs."""
-        out = [""] * len(lines)
+        """The best translation of each line; empty (or blank) lines give empty outputs."""
+        return [best[0][0] for best in self.translate_nbest(lines)]
+
+    def translate_nbest(self, lines: list[str]) -> list[list[tuple[str, float]]]:
+        """The `decode.nbest` best (text, score) pairs of each line, best first."""
+        out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
         ids = self.tokenizer.encode_src([lines[i].strip() for i in todo])
         for j, seq in enumerate(ids):
@@ -54,38 +58,82 @@ class Translator:
                     self.max_src_len,
                 )
                 ids[j] = seq[: self.max_src_len - 1] + [EOS_ID]
-        order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
         was_training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(order), self.decode.batch_size):
-                chunk = order[start : start + self.decode.batch_size]
-                hyps = self._decode_batch([ids[j] for j in chunk])
-                for j, text in zip(chunk, hyps):
-                    out[todo[j]] = " ".join(text.split())  # never a newline inside a line
+            for chunk in self._batches(ids):
+                results = self._decode_batch([ids[j] for j in chunk])
+                for j, hyps in zip(chunk, results):
+                    out[todo[j]] = hyps
         finally:
             self.model.train(was_training)
         return out
 
-    def _decode_batch(self, ids: list[list[int]]) -> list[str]:
+    def _batches(self, ids: list[list[int]]) -> list[list[int]]:
+        """Indices in length order, cut by `batch_size` sentences and `max_tokens` tokens."""
+        order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
+        batches, current, longest = [], [], 0
+        budget = self.decode.max_tokens
+        for j in order:
+            grown = max(longest, len(ids[j]))
+            full = len(current) >= self.decode.batch_size or (
+                budget is not None and (len(current) + 1) * grown > budget
+            )
+            if current and full:
+                batches.append(current)
+                current, grown = [], len(ids[j])
+            current.append(j)
+            longest = grown
+        if current:
+            batches.append(current)
+        return batches
+
+    def _decode_batch(self, ids: list[list[int]]) -> list[list[tuple[str, float]]]:
         src = pad(ids).to(self.device)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
             else nullcontext()
         )
+        d = self.decode
         with amp:
-            out = greedy(
-                self.model, src, padding_mask(src), self.decode.max_len_a, self.decode.max_len_b
-            )
-        return self.tokenizer.decode_tgt(out)
+            if d.beam_size == 1:
+                nbest = [
+                    [h]
+                    for h in greedy(
+                        self.model,
+                        src,
+                        padding_mask(src),
+                        d.max_len_a,
+                        d.max_len_b,
+                        d.length_penalty,
+                    )
+                ]
+            else:
+                nbest = beam_search(
+                    self.model,
+                    src,
+                    padding_mask(src),
+                    d.beam_size,
+                    d.max_len_a,
+                    d.max_len_b,
+                    d.length_penalty,
+                    d.nbest,
+                )
+        texts = self.tokenizer.decode_tgt([h.tokens for hyps in nbest for h in hyps])
+        out, at = [], 0
+        for hyps in nbest:
+            # Never a newline inside an output line.
+            out.append([(" ".join(t.split()), h.score) for t, h in zip(texts[at:], hyps)])
+            at += len(hyps)
+        return out
 
 
 def load_translator(
     run_dir: Path,
     checkpoint: Path | None = None,
     device: str = "auto",
-    batch_size: int | None = None,
+    decode_overrides: dict | None = None,
 ) -> tuple[Translator, Path]:
     """A Translator for a run directory's best (else latest) or a given checkpoint."""
     run_dir = Path(run_dir)
@@ -98,9 +146,5 @@ def load_translator(
     model = build_model(cfg.model, tokenizer).to(dev)
     load_weights(model, path)
     model.eval()
-    decode = (
-        cfg.decode
-        if batch_size is None
-        else cfg.decode.model_copy(update={"batch_size": batch_size})
-    )
+    decode = with_changes(cfg.decode, decode_overrides or {})
     return Translator(model, tokenizer, decode, dev, autocast_dtype(dev, "auto")), path

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from seq2seq.batching import no_peek_mask, padding_mask
+from seq2seq.config import ModelConfig
 from seq2seq.model import Residual, Transformer, attend, sinusoidal_positions
 from seq2seq.tokenizer import PAD_ID
 
@@ -148,3 +149,46 @@ def test_pre_norm_model_trains_on_a_copy_task(tiny_model_config):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.3 * losses[0]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_step_by_step_decoding_equals_recomputing_the_prefix(norm_first, seed):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        d_model=32,
+        heads=4,
+        encoder_layers=2,
+        decoder_layers=3,
+        ffn_dim=48,
+        dropout=0.1,
+        norm_first=norm_first,
+        max_positions=64,
+    )
+    model = Transformer(cfg, VOCAB, VOCAB, joint_vocab=True).eval()
+    lengths = [7, 3, 5]  # padding in the batch
+    src = _ids(*[torch.randint(4, VOCAB, (n - 1,)).tolist() + [2] for n in lengths])
+    tgt = torch.cat([torch.ones(3, 1, dtype=torch.long), torch.randint(4, VOCAB, (3, 8))], 1)
+    src_mask = padding_mask(src)
+    memory = model.encode(src, src_mask)
+    full = model.logits(model.decoder_states(tgt, memory, src_mask, no_peek_mask(tgt)))
+    cache = model.start_decoding(memory, src_mask)
+    for t in range(tgt.size(1)):
+        step = model.decode_step(tgt[:, t], cache)
+        assert torch.allclose(step, full[:, t], atol=1e-5), f"position {t}"
+
+
+def test_reordered_cache_continues_the_selected_rows(tiny_model_config):
+    model = _model(tiny_model_config)
+    src = _ids([5, 6, 7, 2], [8, 9, 2])
+    src_mask = padding_mask(src)
+    cache = model.start_decoding(model.encode(src, src_mask), src_mask)
+    model.decode_step(torch.tensor([1, 1]), cache)
+    model.decode_step(torch.tensor([10, 11]), cache)
+    swapped = cache.select(torch.tensor([1, 0]))
+    got = model.decode_step(torch.tensor([12, 13]), swapped)
+    prefix = torch.tensor([[1, 11, 12], [1, 10, 13]])
+    flipped = src.flip(0)
+    memory = model.encode(flipped, padding_mask(flipped))
+    states = model.decoder_states(prefix, memory, padding_mask(flipped), no_peek_mask(prefix))
+    assert torch.allclose(got, model.logits(states)[:, -1], atol=1e-5)

@@ -1,39 +1,160 @@
-"""Greedy search and the Translator that wraps it."""
+"""Greedy and beam search over the KV-cached decoder."""
 
 from __future__ import annotations
 
+import itertools
+import math
+
+import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seq2seq.batching import no_peek_mask, pad, padding_mask
-from seq2seq.config import DecodeConfig
+from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
-from seq2seq.search import greedy
+from seq2seq.search import NEVER_GENERATED, beam_search, greedy, length_penalty
 from seq2seq.tokenizer import BOS_ID, EOS_ID
 
 
-def test_greedy_picks_the_argmax_of_the_full_model_at_every_step(tiny_model_config):
-    model = Transformer(tiny_model_config, 40, 40, joint_vocab=True).eval()
-    src = pad([[5, 6, 7, 8, EOS_ID], [9, 10, EOS_ID]])
-    out = greedy(model, src, padding_mask(src), max_len_a=1.0, max_len_b=5)
-    for i, ids in enumerate(out):
-        one = src[i : i + 1, : int(padding_mask(src)[i].sum())]
-        tgt_in = torch.tensor([[BOS_ID] + ids])
-        logits = model(one, tgt_in, padding_mask(one), no_peek_mask(tgt_in))
-        predicted = logits.argmax(-1)[0].tolist()
-        assert predicted[: len(ids)] == ids
-        if len(ids) < int(1.0 * one.size(1) + 5) - 1:
-            assert predicted[len(ids)] == EOS_ID
+def _model(seed: int, vocab: int = 40, norm_first: bool = False) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        d_model=16,
+        heads=2,
+        encoder_layers=1,
+        decoder_layers=2,
+        ffn_dim=32,
+        dropout=0.0,
+        norm_first=norm_first,
+        max_positions=64,
+    )
+    model = Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
+    with torch.no_grad():  # sharpen the output so hypotheses differ clearly
+        model.output.weight.mul_(4.0)
+    return model
 
 
-def test_greedy_output_respects_the_length_cap(tiny_model_config):
-    model = Transformer(tiny_model_config, 40, 40, joint_vocab=True).eval()
+def _sources(seed: int, vocab: int = 40) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 9, (3,), generator=g).tolist()
+    return pad([torch.randint(4, vocab, (n,), generator=g).tolist() + [EOS_ID] for n in lengths])
+
+
+@torch.no_grad()
+def _sequence_log_prob(model, src_row, tokens) -> float:
+    """log P(tokens + EOS | source) from the full (uncached) model."""
+    src = src_row[src_row != 0].unsqueeze(0)
+    tgt_in = torch.tensor([[BOS_ID] + tokens])
+    logits = model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in))[0]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return float(sum(logp[i, t] for i, t in enumerate(tokens + [EOS_ID])))
+
+
+def test_greedy_takes_the_full_models_argmax_at_every_step():
+    model, src = _model(0), _sources(0)
+    for row, hyp in zip(src, greedy(model, src, padding_mask(src), 1.0, 5)):
+        one = row[row != 0].unsqueeze(0)
+        tgt_in = torch.tensor([[BOS_ID] + hyp.tokens])
+        logits = model(one, tgt_in, padding_mask(one), no_peek_mask(tgt_in))[0]
+        logits[:, NEVER_GENERATED] = -math.inf
+        predicted = logits.argmax(-1).tolist()
+        assert predicted[: len(hyp.tokens)] == hyp.tokens
+        cap = int(1.0 * one.size(1) + 5)
+        if len(hyp.tokens) + 1 < cap:
+            assert predicted[len(hyp.tokens)] == EOS_ID
+        assert hyp.log_prob == pytest.approx(_sequence_log_prob(model, row, hyp.tokens), abs=1e-4)
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_size_one_is_greedy_search(seed, alpha):
+    model, src = _model(seed), _sources(seed)
+    mask = padding_mask(src)
+    greedy_out = greedy(model, src, mask, 1.2, 6, alpha)
+    beam_out = beam_search(model, src, mask, beam=1, max_len_a=1.2, max_len_b=6, alpha=alpha)
+    for g, (b,) in zip(greedy_out, beam_out):
+        assert b.tokens == g.tokens
+        assert b.score == pytest.approx(g.score, abs=1e-5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    beam=st.integers(2, 6),
+    alpha=st.sampled_from([0.0, 0.6, 1.0, 2.0]),
+    norm_first=st.booleans(),
+)
+def test_beam_search_never_scores_below_greedy(seed, beam, alpha, norm_first):
+    model, src = _model(seed, norm_first=norm_first), _sources(seed)
+    mask = padding_mask(src)
+    for g, (best,) in zip(
+        greedy(model, src, mask, 1.0, 4, alpha),
+        beam_search(model, src, mask, beam, 1.0, 4, alpha),
+    ):
+        assert best.score >= g.score - 1e-5
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
+def test_a_beam_wide_enough_finds_the_exhaustive_best(alpha):
+    # Six outputs (EOS, UNK and four words) and at most three tokens: 31 hypotheses in all,
+    # so a beam of 31 must return the best of them; the early stop must not cut it short.
+    vocab = 8
+    model = _model(3, vocab=vocab)
+    src = pad([[4, 5, 6, EOS_ID]])
+    words = [t for t in range(vocab) if t not in NEVER_GENERATED and t != EOS_ID]
+    best_score, best_tokens = -math.inf, None
+    for n in range(3):  # tokens before EOS; the cap (1·4 + -1 = 3) counts EOS
+        for tokens in itertools.product(words, repeat=n):
+            raw = _sequence_log_prob(model, src[0], list(tokens))
+            score = raw / length_penalty(n + 1, alpha)
+            if score > best_score:
+                best_score, best_tokens = score, list(tokens)
+    (found,) = beam_search(
+        model, src, padding_mask(src), beam=31, max_len_a=1.0, max_len_b=-1, alpha=alpha
+    )[0]
+    assert found.tokens == best_tokens
+    assert found.score == pytest.approx(best_score, abs=1e-4)
+
+
+def test_nbest_are_distinct_best_first_and_scored_by_the_length_penalty():
+    model, src = _model(7), _sources(7)
+    results = beam_search(
+        model, src, padding_mask(src), beam=5, max_len_a=1.0, max_len_b=4, alpha=0.6, nbest=3
+    )
+    for row, hyps in zip(src, results):
+        assert len(hyps) == 3
+        assert [h.score for h in hyps] == sorted((h.score for h in hyps), reverse=True)
+        assert len({tuple(h.tokens) for h in hyps}) == 3
+        for h in hyps:
+            raw = _sequence_log_prob(model, row, h.tokens)
+            assert h.log_prob == pytest.approx(raw, abs=1e-4)
+            assert h.score == pytest.approx(raw / length_penalty(len(h.tokens) + 1, 0.6), abs=1e-4)
+
+
+def test_outputs_respect_the_length_cap():
+    model = _model(1)
     scores = model.logits
     model.logits = lambda states: scores(states).index_fill(-1, torch.tensor([EOS_ID]), -1e9)
-    src = pad([[5, 6, 7, EOS_ID]])
-    out = greedy(model, src, padding_mask(src), max_len_a=2.0, max_len_b=1)
-    assert len(out[0]) == 2 * 4 + 1 - 1  # the cap counts EOS
+    src = pad([[5, 6, 7, EOS_ID], [8, EOS_ID]])
+    mask = padding_mask(src)
+    caps = [2 * 4 + 1, 2 * 2 + 1]  # a·src_len + b, EOS included
+    for hyp, cap in zip(greedy(model, src, mask, 2.0, 1), caps):
+        assert len(hyp.tokens) == cap - 1
+    for (hyp,), cap in zip(beam_search(model, src, mask, 3, 2.0, 1), caps):
+        assert len(hyp.tokens) == cap - 1
 
 
-def test_decode_config_defaults_follow_the_paper():
-    cfg = DecodeConfig()
-    assert (cfg.max_len_a, cfg.max_len_b) == (1.0, 50)
+def test_nbest_larger_than_the_beam_is_rejected():
+    with pytest.raises(ValueError, match="nbest"):
+        DecodeConfig(beam_size=2, nbest=3)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_keeps_the_greedy_path_that_plain_beam_search_would_prune(alpha):
+    # Found by search: without the greedy slot, beam 2 ends at -20.35 here, greedy at -19.57.
+    model, src = _model(1), _sources(1)
+    mask = padding_mask(src)
+    g = greedy(model, src, mask, 1.0, 4, alpha)[1]
+    (best,) = beam_search(model, src, mask, 2, 1.0, 4, alpha)[1]
+    assert best.score >= g.score - 1e-5
