@@ -2,7 +2,7 @@ PYTHON ?= python
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo clean-demo bench-train bench-data bench-gpu
+.PHONY: install test lint demo clean-demo bench-train bench-translate bench-data bench-gpu
 
 install:  ## editable install with dev tools; torch pinned to the local CPU wheel
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
@@ -25,6 +25,9 @@ clean-demo:
 
 bench-train:  ## training throughput beside the HF Marian peer (needs ../shared)
 	$(PYTHON) scripts/bench_train.py --seconds 120
+
+bench-translate:  ## greedy and beam-4 decoding speed beside HF Marian and CTranslate2 (needs ../shared)
+	$(PYTHON) scripts/bench_translate.py
 
 bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
 	$(PYTHON) scripts/bench_data.py --pairs 1000000 5000000

@@ -138,8 +138,15 @@ class MultiHeadAttention(nn.Module):
     def step_cross(
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, src_mask: torch.Tensor
     ) -> torch.Tensor:
-        """Cross-attention of new positions over cached encoder keys/values."""
-        return self._attend(self._split_heads(self.q_proj(x)), k, v, src_mask.unsqueeze(1))
+        """Cross-attention of one new position per hypothesis over cached encoder keys/values.
+
+        `x` holds [sentences × beam] hypotheses, `k`/`v`/`src_mask` one entry per sentence: a
+        sentence's beams attend as `beam` queries over its keys, which are never copied per beam.
+        """
+        n = k.size(0)
+        q = self.q_proj(x).view(n, -1, self.d_model)  # [sentences, beam, d]
+        y = self._attend(self._split_heads(q), k, v, src_mask.unsqueeze(1))
+        return y.view(x.shape)
 
     def _attend(self, q, k, v, mask, causal: bool = False) -> torch.Tensor:
         y = attend(
@@ -250,31 +257,33 @@ class DecoderLayer(nn.Module):
 class DecoderCache:
     """What incremental decoding keeps between steps (fairseq's incremental state).
 
-    Per decoder layer: self-attention keys/values of the positions decoded so far, and the
-    cross-attention keys/values of the encoder output, computed once per source.
+    Per decoder layer: self-attention keys/values of each hypothesis's positions so far (rows
+    are sentences × beam, a sentence's beams adjacent), and cross-attention keys/values of the
+    encoder output, computed once and kept once per sentence.
     """
 
-    self_k: list[torch.Tensor]  # [N, H, t, d_head] each
+    self_k: list[torch.Tensor]  # [sentences × beam, H, t, d_head] each
     self_v: list[torch.Tensor]
-    cross_k: list[torch.Tensor]  # [N, H, S, d_head] each
+    cross_k: list[torch.Tensor]  # [sentences, H, S, d_head] each
     cross_v: list[torch.Tensor]
-    src_mask: torch.Tensor  # [N, S]
+    src_mask: torch.Tensor  # [sentences, S]
+    beam: int = 1
     length: int = 0  # positions decoded so far
 
-    def select(self, rows: torch.Tensor) -> DecoderCache:
-        """The cache of rows `rows` (reordering beams, dropping finished sentences)."""
+    def reorder(self, rows: torch.Tensor) -> None:
+        """Hypothesis i continues row `rows[i]` (beams moving within their sentence)."""
+        self.self_k = [t.index_select(0, rows) for t in self.self_k]
+        self.self_v = [t.index_select(0, rows) for t in self.self_v]
 
-        def pick(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-            return [t.index_select(0, rows) for t in tensors]
-
-        return DecoderCache(
-            pick(self.self_k),
-            pick(self.self_v),
-            pick(self.cross_k),
-            pick(self.cross_v),
-            self.src_mask.index_select(0, rows),
-            self.length,
-        )
+    def keep(self, sentences: torch.Tensor) -> None:
+        """Only these sentences (and all their beams) go on, in this order."""
+        rows = (
+            sentences.unsqueeze(1) * self.beam + torch.arange(self.beam, device=sentences.device)
+        ).view(-1)
+        self.reorder(rows)
+        self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]
+        self.cross_v = [t.index_select(0, sentences) for t in self.cross_v]
+        self.src_mask = self.src_mask.index_select(0, sentences)
 
 
 class Transformer(nn.Module):
@@ -368,18 +377,21 @@ class Transformer(nn.Module):
         """Pre-softmax scores over the target vocabulary."""
         return self.output(states)
 
-    def start_decoding(self, memory: torch.Tensor, src_mask: torch.Tensor) -> DecoderCache:
-        """An empty incremental-decoding cache, cross-attention keys/values computed once."""
+    def start_decoding(
+        self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1
+    ) -> DecoderCache:
+        """An empty cache for `beam` hypotheses per sentence; cross keys/values computed once."""
         cross = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder_layers]
         heads = self.cfg.heads
-        empty = memory.new_zeros(memory.size(0), heads, 0, self.cfg.d_model // heads)
+        empty = memory.new_zeros(memory.size(0) * beam, heads, 0, self.cfg.d_model // heads)
         n = len(self.decoder_layers)
         return DecoderCache(
-            [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask
+            [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask, beam
         )
 
     def decode_step(self, ids: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-        """Logits [N, V] for the next position after feeding `ids` [N] (the latest tokens).
+        """Logits [N, V] for the next position after feeding `ids` [N] (each hypothesis's latest
+        token; N = sentences × beam).
 
         Equal to the last position of the full decoder on the whole prefix, at O(t) per step
         instead of O(t²); `cache` grows by one position.

@@ -33,17 +33,25 @@ def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> to
     return (a * src_lens + b).floor().long().clamp(min=1, max=cap)
 
 
-def _start(model: Transformer, src: torch.Tensor, src_mask: torch.Tensor, a: float, b: int):
+def _start(model, src, src_mask, a: float, b: int, beam: int = 1):
     memory = model.encode(src, src_mask)
     # The BOS position takes one slot of the positional table.
     limits = max_output_lengths(src_mask, a, b, model.cfg.max_positions - 1)
-    return model.start_decoding(memory, src_mask), limits
+    return model.start_decoding(memory, src_mask, beam), limits
 
 
-def _log_probs(model: Transformer, ids: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
-    logp = torch.log_softmax(model.decode_step(ids, cache).float(), dim=-1)
-    logp[:, NEVER_GENERATED] = -math.inf  # padding and BOS are never outputs
-    return logp
+def _next_token_scores(
+    model: Transformer, ids: torch.Tensor, cache: DecoderCache
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of the next token (PAD and BOS at -inf) and their log-normaliser, per row.
+
+    log p(token) = logit − logsumexp(logits). Search only needs a handful of tokens per row,
+    so it subtracts the normaliser from those instead of writing a full log-softmax.
+    """
+    logits = model.decode_step(ids, cache).float()
+    norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
+    logits[:, NEVER_GENERATED] = -math.inf  # padding and BOS are never outputs
+    return logits, norm
 
 
 @torch.inference_mode()
@@ -64,18 +72,19 @@ def greedy(
     alive = torch.arange(n, device=src.device)  # sentences still decoding, by original index
     ids = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     for t in range(steps):
-        logp = _log_probs(model, ids, cache)
+        logits, norm = _next_token_scores(model, ids, cache)
         # A sentence at its length cap may only end.
-        next_ids = torch.where(t + 1 >= limits[alive], EOS_ID, logp.argmax(dim=-1))
+        next_ids = torch.where(t + 1 >= limits[alive], EOS_ID, logits.argmax(dim=-1))
         tokens[alive, t] = next_ids
-        log_prob[alive] += logp.gather(1, next_ids.unsqueeze(1)).squeeze(1)
+        log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == EOS_ID
         if bool(ended.any()):
             lengths[alive[ended]] = t + 1
             keep = (~ended).nonzero().squeeze(1)
             if keep.numel() == 0:
                 break
-            alive, cache, next_ids = alive[keep], cache.select(keep), next_ids[keep]
+            cache.keep(keep)
+            alive, next_ids = alive[keep], next_ids[keep]
         ids = next_ids
     out = []
     for row, length, lp in zip(tokens.tolist(), lengths.tolist(), log_prob.tolist()):
@@ -108,8 +117,7 @@ def beam_search(
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
     device = src.device
     batch, k = src.size(0), beam
-    cache, limits = _start(model, src, src_mask, max_len_a, max_len_b)
-    cache = cache.select(torch.arange(batch, device=device).repeat_interleave(k))
+    cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
     active = torch.arange(batch, device=device)  # sentences still searching, by original index
     scores = torch.full((batch, k), -math.inf, device=device)  # log-probs of the open beams
@@ -121,27 +129,35 @@ def beam_search(
     slots = torch.arange(k, device=device)
     for t in range(int(limits.max())):
         n = active.numel()
-        logp = _log_probs(model, ids, cache)
-        vocab = logp.size(-1)
-        logp = logp.view(n, k, vocab)
+        logits, norm = _next_token_scores(model, ids, cache)
+        vocab = logits.size(-1)
+        # The best k of a sentence's k·V continuations are among each beam's own best k.
+        per_row = min(k, vocab)
+        row_best, row_token = logits.topk(per_row, dim=-1)  # sorted, best first
+        row_best = (row_best - norm.unsqueeze(1)).view(n, k, per_row)
+        row_token = row_token.view(n, k, per_row)
         at_cap = t + 1 >= limits[active]
         if bool(at_cap.any()):  # sentences at their length cap may only end
-            only_eos = torch.full((vocab,), -math.inf, device=device)
-            only_eos[EOS_ID] = 0.0
-            logp[at_cap] += only_eos
-        candidates = (scores.unsqueeze(2) + logp).view(n, k * vocab)
-        top_scores, top = candidates.topk(k, dim=1)
+            eos = (logits[:, EOS_ID] - norm).view(n, k)
+            row_best[at_cap] = -math.inf
+            row_best[at_cap, :, 0] = eos[at_cap]
+            row_token[at_cap] = EOS_ID
+        candidates = (scores.unsqueeze(2) + row_best).view(n, k * per_row)
+        top_scores, pick = candidates.topk(k, dim=1)
+        top = (pick // per_row) * vocab + row_token.view(n, k * per_row).gather(1, pick)
         allowed = slots.unsqueeze(0) < open_slots.unsqueeze(1)
 
         # Keep the greedy continuation among the picks, in the last allowed slot if need be.
         rows = torch.arange(n, device=device)
         g_slot = greedy_slot.clamp(min=0)
-        g_pick = g_slot * vocab + logp[rows, g_slot].argmax(dim=-1)
+        g_pick = g_slot * vocab + row_token[rows, g_slot, 0]  # a beam's best token
         missing = (greedy_slot >= 0) & ~((top == g_pick.unsqueeze(1)) & allowed).any(dim=1)
         if bool(missing.any()):
             last = (open_slots[missing] - 1).clamp(min=0)
             top[missing, last] = g_pick[missing]
-            top_scores[missing, last] = candidates[missing, g_pick[missing]]
+            top_scores[missing, last] = (
+                scores[missing, g_slot[missing]] + row_best[missing, g_slot[missing], 0]
+            )
 
         valid = allowed & (top_scores > -math.inf)
         origin, token = top // vocab, top % vocab
@@ -162,7 +178,7 @@ def beam_search(
 
         scores = torch.where(valid & ~ended, top_scores, -math.inf)
         prefixes = torch.cat([prefixes[source_rows], token.view(-1, 1)], dim=1)
-        cache = cache.select(source_rows)
+        cache.reorder(source_rows)
         ids = token.view(-1)
 
         done = _done(scores, open_slots, finished, active, limits, alpha, nbest)
@@ -172,8 +188,8 @@ def beam_search(
                 break
             keep_rows = (keep.unsqueeze(1) * k + slots).view(-1)
             active, scores, open_slots = active[keep], scores[keep], open_slots[keep]
-            greedy_slot, prefixes = greedy_slot[keep], prefixes[keep_rows]
-            cache, ids = cache.select(keep_rows), ids[keep_rows]
+            greedy_slot, prefixes, ids = greedy_slot[keep], prefixes[keep_rows], ids[keep_rows]
+            cache.keep(keep)
     return [sorted(h, key=lambda x: x.score, reverse=True)[:nbest] for h in finished]
 
 

@@ -173,3 +173,144 @@ def test_console_script_is_installed():
     assert exe is not None, "run `make install` first"
     proc = subprocess.run([exe, "--version"], capture_output=True, text=True)
     assert proc.stdout.startswith("seq2seq ")
+
+
+@pytest.mark.slow
+def test_evaluate_uses_beam_search_and_reports_ter_and_hypotheses(trained):
+    out = trained["root"] / "eval-beam"
+    proc = seq2seq("evaluate", "--run", str(trained["run"]), "--output-dir", str(out))
+    assert "TER = " in proc.stdout
+    report = json.loads((out / "test.json").read_text())
+    assert report["decoding"]["search"] == "beam" and report["decoding"]["beam_size"] == 4
+    assert len(report["hypotheses"]) == report["sentences"] == 300
+    assert {"ter", "ter_signature", "references_sha256", "checkpoint"} <= set(report)
+
+
+@pytest.mark.slow
+def test_regression_gate_fails_only_on_a_significant_drop(trained):
+    run, root = trained["run"], trained["root"]
+    greedy_json = root / "greedy.json"
+    seq2seq(
+        "evaluate",
+        "--run",
+        str(run),
+        "--beam-size",
+        "1",
+        "--json",
+        str(greedy_json),
+        "--output-dir",
+        str(root / "g"),
+    )
+    same = seq2seq(
+        "evaluate",
+        "--run",
+        str(run),
+        "--beam-size",
+        "1",
+        "--baseline",
+        str(greedy_json),
+        "--fail-on-regression",
+        "--output-dir",
+        str(root / "g2"),
+    )
+    assert "Δ = +0.00" in same.stdout and "not significant" in same.stdout
+
+    # A baseline that was perfect: today's model is significantly worse, and the gate says so.
+    perfect = json.loads(greedy_json.read_text())
+    perfect["hypotheses"] = (trained["data"] / "test.fr").read_text().splitlines()
+    perfect_json = root / "perfect.json"
+    perfect_json.write_text(json.dumps(perfect))
+    gate = seq2seq(
+        "evaluate",
+        "--run",
+        str(run),
+        "--beam-size",
+        "1",
+        "--baseline",
+        str(perfect_json),
+        "--fail-on-regression",
+        "--output-dir",
+        str(root / "g3"),
+        check=False,
+    )
+    assert gate.returncode == 1, gate.stderr
+    assert "dropped significantly" in gate.stderr and "p = " in gate.stdout
+
+    other = seq2seq(
+        "evaluate",
+        "--run",
+        str(run),
+        "--split",
+        "valid",
+        "--baseline",
+        str(greedy_json),
+        "--output-dir",
+        str(root / "g4"),
+        check=False,
+    )
+    assert other.returncode == 1 and "other references" in other.stderr
+
+
+@pytest.mark.slow
+def test_translate_nbest_prints_scored_hypotheses_per_line(trained):
+    lines = ["I have three cats.", "", "We see two dogs."]
+    proc = seq2seq(
+        "translate",
+        "--run",
+        str(trained["run"]),
+        "--beam-size",
+        "4",
+        "--nbest",
+        "3",
+        stdin="\n".join(lines) + "\n",
+    )
+    rows = [r.split(" ||| ") for r in proc.stdout.splitlines()]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2]
+    scores = [float(r[2]) for r in rows if r[0] == "0"]
+    assert scores == sorted(scores, reverse=True)
+    assert rows[3][1] == ""
+
+
+@pytest.mark.slow
+def test_translate_into_a_closed_pipe_ends_quietly(trained):
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "seq2seq",
+            "translate",
+            "--run",
+            str(trained["run"]),
+            "--beam-size",
+            "1",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=REPO,
+        env=env,
+    )
+    proc.stdin.write(b"I have three cats.\n" * 1500)
+    proc.stdin.close()
+    assert proc.stdout.readline()  # like `| head -1`
+    proc.stdout.close()
+    proc.wait(timeout=300)
+    err = proc.stderr.read().decode()
+    assert "Traceback" not in err and "BrokenPipe" not in err
+    assert proc.returncode in (0, -13)  # finished, or ended by SIGPIPE like any filter
+
+
+@pytest.mark.slow
+def test_an_over_long_input_is_truncated_with_a_warning(trained):
+    long_line = " ".join(["three hundred"] * 200)
+    proc = seq2seq(
+        "translate",
+        "--run",
+        str(trained["run"]),
+        "--beam-size",
+        "1",
+        stdin=f"I have two cats.\n{long_line}\n",
+    )
+    assert len(proc.stdout.splitlines()) == 2
+    assert "truncated to the model's maximum" in proc.stderr

@@ -178,15 +178,15 @@ def test_cached_step_by_step_decoding_equals_recomputing_the_prefix(norm_first, 
         assert torch.allclose(step, full[:, t], atol=1e-5), f"position {t}"
 
 
-def test_reordered_cache_continues_the_selected_rows(tiny_model_config):
+def test_a_kept_and_reordered_cache_continues_the_selected_sentences(tiny_model_config):
     model = _model(tiny_model_config)
     src = _ids([5, 6, 7, 2], [8, 9, 2])
     src_mask = padding_mask(src)
     cache = model.start_decoding(model.encode(src, src_mask), src_mask)
     model.decode_step(torch.tensor([1, 1]), cache)
     model.decode_step(torch.tensor([10, 11]), cache)
-    swapped = cache.select(torch.tensor([1, 0]))
-    got = model.decode_step(torch.tensor([12, 13]), swapped)
+    cache.keep(torch.tensor([1, 0]))  # the two sentences swap places
+    got = model.decode_step(torch.tensor([12, 13]), cache)
     prefix = torch.tensor([[1, 11, 12], [1, 10, 13]])
     flipped = src.flip(0)
     memory = model.encode(flipped, padding_mask(flipped))

@@ -1,0 +1,261 @@
+"""Decoding speed: the project beside HF Marian `generate` and CTranslate2, same shape and data.
+
+    python scripts/bench_translate.py                       # trains both for 10 min, then decodes
+    python scripts/bench_translate.py --project-run R --peer-model M   # reuse trained models
+
+Decode speed depends on what a model outputs (an untrained one runs to the length cap, a
+half-trained one may loop), so the fair comparison runs the *same weights* in each system: the
+project's trained model is written as a Hugging Face MarianMTModel (scripts/export_hf_marian.py,
+an exact conversion: greedy outputs are compared and the agreement printed) and decoded by HF
+`generate`. CTranslate2's Marian converter cannot hold the project's model (it starts the decoder
+from a zero embedding, not BOS), so CTranslate2 runs a peer model trained for the same time on the
+same data and shape by ../shared/bench/peers; HF `generate` decodes that model too, and the
+project / CTranslate2 ratio is reported both directly and through HF on each model's weights.
+
+Every system decodes the valid set, greedy and beam 4, on 2 threads, in length-sorted batches of
+32 (longest first) with at most 1.5·(the batch's longest source) + 10 output tokens, the
+peers' rule. Timing covers tokenizing, search and detokenizing,
+not model loading; target tokens are SentencePiece pieces of the output + 1, counted the same way
+for every system. Median of repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchlib import PEER_PY, PEERS, REPO, bench_env, require_peers, train_peer, train_project
+
+BEAMS = (1, 4)
+BATCH = 32
+
+
+def translate_as_peers_do(translator, src: list[str]) -> list[str]:
+    """The peers' batches (longest first, BATCH at a time) and their cap: 1.5·longest + 10.
+
+    The project's own cap is per sentence (`decode.max_len_a·len + max_len_b`), which stops a
+    looping short sentence sooner than a per-batch cap does; here every system gets the same
+    budget, so the outputs of the same weights are the same and so is the work.
+    """
+    lengths = [len(x) for x in translator.tokenizer.encode_src(src)]  # EOS included, as theirs
+    order = sorted(range(len(src)), key=lambda i: -lengths[i])
+    hyps = [""] * len(src)
+    base = translator.decode
+    for at in range(0, len(order), BATCH):
+        batch = order[at : at + BATCH]
+        # Theirs counts generated tokens, ours tokens + EOS (forced at the cap): one more step.
+        cap = int(1.5 * lengths[batch[0]] + 10) + 1
+        translator.decode = base.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
+        for i, hyp in zip(batch, translator.translate([src[i] for i in batch])):
+            hyps[i] = hyp
+    translator.decode = base
+    return hyps
+
+
+def decode_project(
+    run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
+) -> dict:
+    """Greedy and beam-4 decoding of `src` by the project, timed in this process."""
+    import sacrebleu
+    import torch
+
+    torch.set_num_threads(threads)
+    from seq2seq.translator import load_translator
+
+    results = {}
+    for beam in BEAMS:
+        decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
+        translator, _ = load_translator(run, device="cpu", decode_overrides=decode)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            hyps = translate_as_peers_do(translator, src)
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        pieces = translator.tokenizer.tgt.encode(hyps)
+        tokens = sum(len(p) + 1 for p in pieces)
+        if beam == 1:
+            (out / "seq2seq.greedy.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
+        results["greedy" if beam == 1 else f"beam{beam}"] = {
+            "sent_s": len(src) / seconds,
+            "tok_s": tokens / seconds,
+            "seconds": seconds,
+            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+        }
+    return results
+
+
+def decode_with_peer_scripts(
+    systems: list[tuple[str, str, str]],
+    model: Path,
+    spm: Path,
+    data: Path,
+    threads: int,
+    repeats: int,
+    env: dict[str, str],
+) -> dict[str, dict]:
+    """Run the peers' decode scripts: (name, script, output folder) each, on `model`."""
+    common = [
+        "--model",
+        str(model),
+        "--spm",
+        str(spm),
+        "--src",
+        str(data / "valid.en"),
+        "--ref",
+        str(data / "valid.fr"),
+        "--beams",
+        ",".join(map(str, BEAMS)),
+        "--batch",
+        str(BATCH),
+        "--repeats",
+        str(repeats),
+    ]
+    results = {}
+    for name, script, folder in systems:
+        extra = []
+        metrics = Path(folder) / "metrics.json"
+        if script == "ct2_translate.py":
+            extra = ["--compute-types", "float32", "--threads", str(threads)]
+            metrics = Path(folder) / "ct2-float32" / "metrics.json"
+        cmd = [str(PEER_PY), str(PEERS / script), *common, "--out", folder, *extra]
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            sys.exit(f"{script} failed:\n{proc.stderr[-3000:]}")
+        decoded = json.loads(metrics.read_text())["decode"]
+        results[name] = {
+            mode: {k: r[k] for k in ("sent_s", "tok_s", "seconds", "bleu")}
+            for mode, r in decoded.items()
+        }
+    return results
+
+
+def export_to_marian(run: Path, out: Path, env: dict[str, str]) -> Path:
+    """The project's weights as a MarianMTModel, written by the peers' Python."""
+    script = REPO / "scripts" / "export_hf_marian.py"
+    cmd = [str(PEER_PY), str(script), "--run", str(run), "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"export_hf_marian.py failed:\n{proc.stderr[-3000:]}")
+    return out
+
+
+def agreement(a: Path, b: Path) -> float:
+    """Share of lines two hypothesis files have identical, up to whitespace."""
+    x = a.read_text(encoding="utf-8").splitlines()
+    y = b.read_text(encoding="utf-8").splitlines()
+    return sum(p.split() == q.split() for p, q in zip(x, y)) / max(len(x), 1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "enfr")
+    p.add_argument("--train-seconds", type=float, default=600.0)
+    p.add_argument("--project-run", type=Path, help="a trained project run to reuse")
+    p.add_argument("--peer-model", type=Path, help="a trained peer model (…/peer/model) to reuse")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--limit", type=int, default=0, help="decode only the first N valid lines")
+    p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-translate"))
+    args = p.parse_args()
+    require_peers()
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = bench_env(args.threads)
+    run = args.project_run
+    if run is None:
+        run = Path(train_project(args.data, args.out, args.train_seconds, args.threads, env)["run"])
+    # The peer gets a SentencePiece model made by the peers' spm.sh (same data, type and size):
+    # CTranslate2's converter needs their id layout (no <pad> piece; pad appended at id V).
+    peer_spm = args.out / "peer-spm" / "spm.model"
+    if not peer_spm.is_file():
+        subprocess.run(
+            [
+                "bash",
+                str(PEERS / "spm.sh"),
+                str(args.data),
+                str(peer_spm.parent),
+                "8000",
+                "unigram",
+            ],
+            check=True,
+            env={**env, "PY": str(PEER_PY)},
+            capture_output=True,
+        )
+    model = args.peer_model
+    if model is None:
+        model = Path(train_peer(args.data, peer_spm, args.out, args.train_seconds, env)["model"])
+
+    src = (args.data / "valid.en").read_text(encoding="utf-8").splitlines()
+    refs = (args.data / "valid.fr").read_text(encoding="utf-8").splitlines()
+    if args.limit:
+        src, refs = src[: args.limit], refs[: args.limit]
+        for name, lines in (("valid.en", src), ("valid.fr", refs)):
+            (args.out / name).write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+        data = args.out
+    else:
+        data = args.data
+    systems = {"seq2seq": decode_project(run, src, refs, args.threads, args.repeats, args.out)}
+    marian = export_to_marian(run, args.out / "seq2seq-as-marian", env)
+    project_spm = run / "tokenizer" / "spm.model"
+    hf_same_dir = str(args.out / "hf-same")
+    same = [("hf-marian generate, seq2seq weights", "hf_marian_translate.py", hf_same_dir)]
+    systems.update(
+        decode_with_peer_scripts(same, marian, project_spm, data, args.threads, args.repeats, env)
+    )
+    same_output = agreement(args.out / "seq2seq.greedy.txt", args.out / "hf-same/hyp.greedy.txt")
+    peer = [
+        ("hf-marian generate, peer weights", "hf_marian_translate.py", "hf"),
+        ("ctranslate2 float32, peer weights", "ct2_translate.py", "ct2"),
+    ]
+    systems.update(
+        decode_with_peer_scripts(
+            [(n, sc, str(args.out / f)) for n, sc, f in peer],
+            model,
+            peer_spm,
+            data,
+            args.threads,
+            args.repeats,
+            env,
+        )
+    )
+
+    print(
+        f"\ndecoding {len(src)} valid sentences, {args.threads} threads, batches of {BATCH}, "
+        f"median of {args.repeats}"
+    )
+    print(f"{'system':<36} {'mode':<7} {'sent/s':>8} {'tok/s':>8} {'BLEU':>6}")
+    for name, modes in systems.items():
+        for mode, r in modes.items():
+            print(f"{name:<36} {mode:<7} {r['sent_s']:>8.1f} {r['tok_s']:>8.0f} {r['bleu']:>6.2f}")
+    print(f"greedy outputs identical, seq2seq vs HF on the same weights: {same_output:.1%}")
+    ours, hf_same = systems["seq2seq"], systems[same[0][0]]
+    hf_peer, ct2 = systems[peer[0][0]], systems[peer[1][0]]
+    ratios = {}
+    for mode in ours:
+        vs_hf = ours[mode]["sent_s"] / hf_same[mode]["sent_s"]
+        hf_vs_ct2 = hf_peer[mode]["sent_s"] / ct2[mode]["sent_s"]
+        ratios[mode] = {
+            "vs_hf_same_weights": vs_hf,
+            "vs_ct2_through_hf": vs_hf * hf_vs_ct2,
+            "vs_ct2_direct_tok_s": ours[mode]["tok_s"] / ct2[mode]["tok_s"],
+        }
+        print(
+            f"{mode}: seq2seq / HF generate (same weights, sent/s) {vs_hf:.2f}×; "
+            f"seq2seq / CTranslate2 float32 {vs_hf * hf_vs_ct2:.2f}× through HF on each "
+            f"model's weights, {ratios[mode]['vs_ct2_direct_tok_s']:.2f}× direct in tok/s "
+            "(different models)"
+        )
+    systems["ratios"] = ratios
+    systems["greedy_agreement_same_weights"] = same_output
+    (args.out / "bench_translate.json").write_text(json.dumps(systems, indent=2))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    main()

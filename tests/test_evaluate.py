@@ -1,0 +1,58 @@
+"""Scoring and CI regression gates: sacrebleu metrics and the paired bootstrap comparison."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+from seq2seq.evaluate import paired_bootstrap, score
+
+
+def _corpus(seed: int, n: int = 300):
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(60)]
+    refs = [" ".join(rng.choices(words, k=rng.randint(4, 12))) for _ in range(n)]
+
+    def noisy(p):
+        return [
+            " ".join(w if rng.random() > p else rng.choice(words) for w in r.split()) for r in refs
+        ]
+
+    return refs, noisy
+
+
+def test_paired_bootstrap_agrees_with_sacrebleus_paired_test():
+    refs, noisy = _corpus(0)
+    base, cand = noisy(0.30), noisy(0.25)
+    ours = paired_bootstrap(base, cand, refs, samples=200)
+    _, results = PairedTest(
+        [("baseline", base), ("candidate", cand)],
+        {"BLEU": BLEU()},
+        [refs],
+        test_type="bs",
+        n_samples=200,
+    )()
+    theirs = results["BLEU"][1]
+    assert ours.candidate == pytest.approx(theirs.score, abs=1e-6)
+    assert ours.p_value == pytest.approx(theirs.p_value, abs=1e-6)
+    assert ours.ci_low < ours.delta < ours.ci_high
+
+
+def test_a_clear_drop_is_significant_and_a_tie_is_not():
+    refs, noisy = _corpus(1)
+    good, bad = noisy(0.1), noisy(0.4)
+    drop = paired_bootstrap(good, bad, refs, samples=300)
+    assert drop.delta < 0 and drop.significant and drop.ci_high < 0
+    same = paired_bootstrap(good, good, refs, samples=300)
+    assert same.delta == 0 and not same.significant
+
+
+def test_scores_carry_bleu_chrf_and_ter_signatures():
+    refs, noisy = _corpus(2, n=50)
+    s = score(noisy(0.2), refs)
+    assert 0 < s.bleu < 100 and 0 < s.chrf < 100 and s.ter > 0
+    assert "tok:13a" in s.bleu_signature and "nc:6" in s.chrf_signature
+    assert "case:lc" in s.ter_signature
