@@ -3,14 +3,15 @@
     python scripts/bench_translate.py                       # trains both for 10 min, then decodes
     python scripts/bench_translate.py --project-run R --peer-model M   # reuse trained models
 
-Decode speed depends on what a model outputs (an untrained one runs to the length cap, a
-half-trained one may loop), so the fair comparison runs the *same weights* in each system: the
-project's trained model is written as a Hugging Face MarianMTModel (scripts/export_hf_marian.py,
-an exact conversion: greedy outputs are compared and the agreement printed) and decoded by HF
-`generate`. CTranslate2's Marian converter cannot hold the project's model (it starts the decoder
-from a zero embedding, not BOS), so CTranslate2 runs a peer model trained for the same time on the
-same data and shape by ../shared/bench/peers; HF `generate` decodes that model too, and the
-project / CTranslate2 ratio is reported both directly and through HF on each model's weights.
+Decode speed depends on what a model outputs (an untrained one runs to the length cap, a half-
+trained one may loop), so the fair comparison runs the *same weights* in each system: the project's
+trained model is written as a Hugging Face MarianMTModel (scripts/export_hf_marian.py, an exact
+conversion: greedy outputs are compared and the agreement printed; beam search gets the run's
+length-penalty α as HF's `length_penalty`) and decoded by HF `generate`. CTranslate2's Marian
+converter cannot hold the project's model (it starts the decoder from a zero embedding, not BOS),
+so CTranslate2 runs a peer model trained for the same time on the same data and shape by
+../shared/bench/peers; HF `generate` decodes that model too, and the project / CTranslate2 ratio is
+reported both directly and through HF on each model's weights.
 
 Every system decodes the valid set, greedy and beam 4, on 2 threads, in length-sorted batches of
 32 (longest first) with at most 1.5·(the batch's longest source) + 10 output tokens, the

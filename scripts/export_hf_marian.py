@@ -132,6 +132,10 @@ def main() -> None:
     if left or unexpected:
         raise SystemExit(f"error: unmapped weights: missing {left}, unexpected {unexpected}")
     model.tie_weights()
+    # The run's GNMT α for HF's length normalisation (score / len^α): the same preference for
+    # length, so beam search on both sides ends at comparable lengths.
+    model.generation_config.num_beams = cfg["decode"]["beam_size"]
+    model.generation_config.length_penalty = cfg["decode"]["length_penalty"]
     assert torch.equal(model.lm_head.weight, state["model.shared.weight"])
     model.save_pretrained(args.out)
     print(f"wrote {args.out} ({sum(t.numel() for t in model.parameters()):,} parameters)")
