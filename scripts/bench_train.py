@@ -32,7 +32,9 @@ def padding_of(run: Path, max_tokens: int) -> float:
 
     cfg = load_run_config(run)
     raw = load_corpus(cfg.data.train, cfg.data.src_lang, cfg.data.tgt_lang)
-    ds, _ = tokenize(raw, run, True, cfg.data.max_len)  # cached by the training run
+    # The training run's settings, so this reads its cache.
+    d = cfg.data
+    ds, _ = tokenize(raw, run, True, d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup)
     src, tgt = lengths(ds)
     real = total = 0
     for b in epoch_batches(src, tgt, max_tokens, cfg.train.seed, 0):

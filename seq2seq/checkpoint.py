@@ -7,19 +7,22 @@ Loading never unpickles arbitrary objects, so a checkpoint from elsewhere cannot
 
 from __future__ import annotations
 
+import errno
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from .errors import UserError
-from .files import atomic_write, atomic_write_text
+from .files import atomic_write, atomic_write_stream, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
 BEST = "best"
@@ -44,23 +47,47 @@ def save_checkpoint(
 ) -> Checkpoint:
     """Write the trainer state, then the weights, of `step`; return the new checkpoint."""
     folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:08d}"
     weights, state_path = folder / f"{name}.safetensors", folder / f"{name}.state.pt"
-    atomic_write(state_path, lambda tmp: torch.save(state, tmp))
-    atomic_write(weights, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    try:
+        with _writing(folder):
+            folder.mkdir(parents=True, exist_ok=True)
+        with _writing(state_path):
+            atomic_write_stream(state_path, lambda f: torch.save(state, f))
+        with _writing(weights):
+            atomic_write(weights, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    except UserError:
+        if not weights.is_file():
+            state_path.unlink(missing_ok=True)  # a state without its weights is no checkpoint
+        raise
     return Checkpoint(step, weights, state_path)
 
 
 def save_best(run_dir: Path, step: int, model: nn.Module, metrics: dict[str, float]) -> Path:
     """Write the weights as the best checkpoint so far, with its step and scores beside it."""
     folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{BEST}.safetensors"
-    atomic_write(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
-    info = json.dumps({"step": step, **metrics})
-    atomic_write_text(folder / f"{BEST}.json", info + "\n")
+    path, info = folder / f"{BEST}.safetensors", folder / f"{BEST}.json"
+    with _writing(folder):
+        folder.mkdir(parents=True, exist_ok=True)
+    with _writing(path):
+        atomic_write(path, lambda tmp: save_model(model, tmp, metadata={"step": str(step)}))
+    with _writing(info):
+        atomic_write_text(info, json.dumps({"step": step, **metrics}) + "\n")
     return path
+
+
+@contextmanager
+def _writing(path: Path, then: str = "continue with --resume") -> Iterator[None]:
+    """A failed write (full disk, permissions) inside the block is the user's to fix."""
+    try:
+        yield
+    except (OSError, SafetensorError) as e:  # safetensors wraps the OS's error in its own
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT)
+        fix = "free some space" if full or "No space left" in reason else "fix that"
+        raise UserError(
+            f"cannot write {path}: {reason}; the files saved before are intact: {fix}, then {then}"
+        ) from None
 
 
 def list_checkpoints(run_dir: Path) -> list[Checkpoint]:
@@ -93,13 +120,18 @@ def best_or_latest(run_dir: Path) -> Path | None:
 
 def prune(run_dir: Path, keep_last: int) -> None:
     """Delete all but the newest `keep_last` step checkpoints (the best one is separate), and
-    temporary files a killed writer left behind (one process writes, and it is done)."""
+    what a killed writer left behind: temporary files, a state without its weights (one
+    process writes, and it is done)."""
     for ckpt in list_checkpoints(run_dir)[:-keep_last]:
         ckpt.weights.unlink(missing_ok=True)
         if ckpt.state is not None:
             ckpt.state.unlink(missing_ok=True)
-    for tmp in checkpoint_dir(run_dir).glob(".*.tmp"):
+    folder = checkpoint_dir(run_dir)
+    for tmp in folder.glob(".*.tmp"):
         tmp.unlink(missing_ok=True)
+    for state in folder.glob("step_*.state.pt"):
+        if not state.with_name(state.name.replace(".state.pt", ".safetensors")).is_file():
+            state.unlink(missing_ok=True)
 
 
 def load_weights(model: nn.Module, path: Path) -> None:
@@ -178,5 +210,6 @@ def average_last(run_dir: Path, n: int, out: Path | None = None) -> tuple[Path, 
     out = Path(out) if out else checkpoint_dir(run_dir) / f"average_last{n}.safetensors"
     steps = [c.step for c in chosen]
     meta = {"averaged_steps": ",".join(map(str, steps))}
-    atomic_write(out, lambda tmp: save_file(averaged, tmp, metadata=meta))
+    with _writing(out, then="try again"):
+        atomic_write(out, lambda tmp: save_file(averaged, tmp, metadata=meta))
     return out, steps

@@ -295,6 +295,13 @@ def translate(
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
     device: Device = "auto",
+    errors: Annotated[
+        str,
+        typer.Option(
+            help="Invalid UTF-8 input: `strict` stops naming the line, `replace` decodes it "
+            "as U+FFFD and goes on."
+        ),
+    ] = "strict",
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output), one line per line.
 
@@ -308,9 +315,11 @@ def translate(
 
     # A closed pipe (`| head`) ends the process quietly, as it does any Unix filter.
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    if errors not in ("strict", "replace"):
+        raise UserError(f"--errors must be strict or replace, not {errors!r}")
     decode = _decode_options(beam_size, nbest, length_penalty, batch_size, max_tokens)
     translator, _ = load_translator(run, checkpoint, device, decode)
-    translate_files(translator, input, output)
+    translate_files(translator, input, output, errors)
 
 
 @app.command()

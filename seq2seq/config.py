@@ -78,6 +78,15 @@ class DataConfig(_Strict):
     max_len: PositiveInt = Field(
         256, description="Pairs with a side longer than this many subword tokens are dropped."
     )
+    max_len_ratio: Annotated[float, Field(ge=1.0)] | None = Field(
+        9.0,
+        description="Training pairs whose longer side has more than this × the shorter side's "
+        "subword tokens are dropped (Moses clean-corpus-n's ratio); null: no limit.",
+    )
+    dedup: bool = Field(
+        False,
+        description="Drop repeats of a training (source, target) pair, keeping the first.",
+    )
     num_proc: PositiveInt = Field(1, description="Processes for tokenizing with `datasets.map`.")
 
 
@@ -157,6 +166,11 @@ class TrainConfig(_Strict):
     weight_decay: Annotated[float, Field(ge=0.0)] = Field(0.0, description="Adam L2 penalty.")
     label_smoothing: Probability = Field(0.1, description="ε of label smoothing (§5.4).")
     clip_norm: Annotated[float, Field(ge=0.0)] = Field(1.0, description="0 turns clipping off.")
+    max_nonfinite: PositiveInt = Field(
+        5,
+        description="Updates with a non-finite loss or gradient are skipped; this many in a row "
+        "stop training (the last good state is saved).",
+    )
     seed: int = Field(1, description="Seeds weights, dropout and the batch order.")
     log_every: PositiveInt = Field(100, description="Steps between metrics lines.")
     eval_every: PositiveInt = Field(1000, description="Steps between validations.")

@@ -5,18 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
+import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import datasets
 import numpy as np
-import pyarrow.compute as pc
 import torch
+from pandas.util import hash_array  # pandas comes with datasets
 
 from .batching import release_arrow_pages
 from .config import Config, CorpusConfig
 from .errors import UserError
+from .files import atomic_write_text
 from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -69,10 +72,13 @@ def _content_fingerprint(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -
     return h.hexdigest()
 
 
-def decode_line(raw: bytes, name: str, lineno: int) -> str:
-    """A line's text without its line ending; invalid UTF-8 names the file and line."""
+def decode_line(raw: bytes, name: str, lineno: int, errors: str = "strict") -> str:
+    """A line's text without its line ending; invalid UTF-8 names the file and line.
+
+    `errors="replace"` decodes invalid bytes as U+FFFD instead (translate's `--errors replace`).
+    """
     try:
-        return raw.decode("utf-8").rstrip("\r\n")
+        return raw.decode("utf-8", errors).rstrip("\r\n")
     except UnicodeDecodeError as e:
         raise UserError(f"{name}, line {lineno}: invalid UTF-8 (byte {e.start})") from None
 
@@ -188,33 +194,64 @@ def _load_hub(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Data
 
 @dataclass
 class FilterReport:
-    """How many pairs a split had and why some were dropped."""
+    """How many pairs a split had and why some were dropped (None: that check was off).
+
+    Each dropped pair counts once, under the first reason that applies, in the order of the
+    fields: empty side, repeat of an earlier pair, too long, length ratio.
+    """
 
     read: int
     empty: int
     too_long: int
+    length_ratio: int | None = None
+    duplicates: int | None = None
+
+    def dropped(self) -> dict[str, int | None]:
+        """Dropped pairs by reason; None for a check that was off."""
+        return {
+            "empty": self.empty,
+            "too_long": self.too_long,
+            "length_ratio": self.length_ratio,
+            "duplicates": self.duplicates,
+        }
 
     @property
     def kept(self) -> int:
-        return self.read - self.empty - self.too_long
+        return self.read - sum(n or 0 for n in self.dropped().values())
+
+    def record(self) -> dict:
+        """The report as a JSON-ready dict for the metrics log."""
+        return {"read": self.read, "kept": self.kept, "dropped": self.dropped()}
 
     def __str__(self) -> str:
-        return (
-            f"{self.read} pairs read, {self.kept} kept "
-            f"(dropped: {self.empty} empty, {self.too_long} longer than the maximum)"
-        )
+        counted = [(reason, n) for reason, n in self.dropped().items() if n is not None]
+        reasons = ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in counted)
+        return f"{self.kept:,} pairs kept, {self.read - self.kept:,} dropped ({reasons})"
 
 
-def count_empty(ds: datasets.Dataset) -> int:
-    """Pairs with an empty side, counted column-wise in Arrow (no Python strings)."""
-    empty = 0
+def duplicate_bits(ds: datasets.Dataset) -> np.ndarray:
+    """One bit a pair (np.packbits order), set on each repeat of an earlier (src, tgt) pair.
+
+    Pairs are compared by a 64-bit hash, never held as strings: 8 bytes a pair while it runs
+    (about 24 at the sort), 1 bit a pair after. The mask covers the whole corpus, so repeats are
+    found across the shards that `num_proc` workers tokenize. A hash collision (odds ~n²/2⁶⁵)
+    would drop one distinct pair.
+    """
+    hashes = np.empty(len(ds), dtype=np.uint64)
+    start = 0
     for table in ds.select_columns(["src", "tgt"]).with_format("arrow").iter(batch_size=100_000):
-        blank = pc.or_(
-            pc.equal(pc.utf8_length(table["src"]), 0), pc.equal(pc.utf8_length(table["tgt"]), 0)
-        )
-        empty += pc.sum(blank).as_py() or 0
+        src = hash_array(table["src"].to_numpy(zero_copy_only=False), categorize=False)
+        tgt = hash_array(table["tgt"].to_numpy(zero_copy_only=False), categorize=False)
+        # Wrapping multiply-add: (a, b) and (b, a) hash apart.
+        hashes[start : start + len(src)] = src * np.uint64(0x9E3779B97F4A7C15) + tgt
+        start += len(src)
         release_arrow_pages()  # a streaming pass: what it has read is not needed again
-    return empty
+    # A stable sort puts the first occurrence first in each run of equal hashes.
+    order = np.argsort(hashes, kind="stable")
+    hashes = hashes[order]
+    repeat = np.zeros(len(order), dtype=bool)
+    repeat[order[1:][hashes[1:] == hashes[:-1]]] = True
+    return np.packbits(repeat)
 
 
 class _EncodeAndFilter:
@@ -223,26 +260,60 @@ class _EncodeAndFilter:
     Dropping pairs here rather than with `Dataset.filter` keeps the result one contiguous Arrow
     table: a filter adds an indices mapping that every later read must go through, which costs
     memory proportional to the corpus. Picklable for `num_proc` workers (each loads the models).
+    Each call appends its counts to a file of its process in `tally_dir`, since workers cannot
+    return anything but rows.
     """
 
-    def __init__(self, run_dir: str, joint: bool, max_len: int):
+    def __init__(
+        self,
+        run_dir: str,
+        joint: bool,
+        max_len: int,
+        max_len_ratio: float | None,
+        repeats: np.ndarray | None,
+        tally_dir: str,
+    ):
         self.run_dir, self.joint, self.max_len = run_dir, joint, max_len
+        self.max_len_ratio, self.repeats, self.tally_dir = max_len_ratio, repeats, tally_dir
         self._tok: Tokenizer | None = None
 
-    def __call__(self, batch: dict[str, list[str]]) -> dict[str, list]:
+    def __call__(self, batch: dict[str, list[str]], indices: list[int]) -> dict[str, list]:
         if self._tok is None:
             self._tok = load_tokenizer(Path(self.run_dir), self.joint)
-        pairs = [(s, t) for s, t in zip(batch["src"], batch["tgt"]) if s and t]
+        repeat = np.zeros(len(indices), dtype=bool)
+        if self.repeats is not None:
+            at = np.asarray(indices, dtype=np.int64)
+            repeat = ((self.repeats[at >> 3] >> (7 - (at & 7))) & 1).astype(bool)
+        pairs = []
+        empty = duplicates = 0
+        for s, t, r in zip(batch["src"], batch["tgt"], repeat):
+            if not s or not t:
+                empty += 1
+            elif r:
+                duplicates += 1
+            else:
+                pairs.append((s, t))
         src_text = [s for s, _ in pairs]
         tgt_text = [t for _, t in pairs]
         src = self._tok.encode_src(src_text)
         tgt = self._tok.encode_tgt(tgt_text)
-        # The decoder sees BOS + target and predicts target + EOS: one more than its pieces.
-        keep = [
-            i
-            for i in range(len(pairs))
-            if len(src[i]) <= self.max_len and len(tgt[i]) < self.max_len
-        ]
+        keep = []
+        too_long = ratio = 0
+        for i in range(len(pairs)):
+            n_src, n_tgt = len(src[i]) - 1, len(tgt[i])  # pieces, without the source's EOS
+            # The encoder sees pieces + EOS; the decoder sees BOS + target and predicts
+            # target + EOS: each side one more than its pieces.
+            if max(n_src, n_tgt) >= self.max_len:
+                too_long += 1
+            elif self.max_len_ratio is not None and (
+                max(n_src, n_tgt) > self.max_len_ratio * min(n_src, n_tgt)
+            ):
+                ratio += 1
+            else:
+                keep.append(i)
+        tally = Path(self.tally_dir) / f"{os.getpid()}.tally"
+        with open(tally, "a", encoding="utf-8") as f:
+            f.write(f"{len(indices)} {empty} {duplicates} {too_long} {ratio}\n")
         return {
             "src": [src_text[i] for i in keep],
             "tgt": [tgt_text[i] for i in keep],
@@ -251,6 +322,15 @@ class _EncodeAndFilter:
             "src_len": [len(src[i]) for i in keep],
             "tgt_len": [len(tgt[i]) + 1 for i in keep],
         }
+
+
+def _read_tally(tally_dir: Path) -> tuple[int, ...]:
+    """Pairs seen, empty, duplicates, too long, length ratio: summed over all processes."""
+    totals = [0] * 5
+    for path in tally_dir.glob("*.tally"):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            totals = [a + int(b) for a, b in zip(totals, line.split())]
+    return tuple(totals)
 
 
 TOKEN_FEATURES = datasets.Features(
@@ -266,30 +346,95 @@ TOKEN_FEATURES = datasets.Features(
 
 
 def tokenize(
-    ds: datasets.Dataset, run_dir: Path, joint: bool, max_len: int, num_proc: int = 1
+    ds: datasets.Dataset,
+    run_dir: Path,
+    joint: bool,
+    max_len: int,
+    num_proc: int = 1,
+    max_len_ratio: float | None = None,
+    dedup: bool = False,
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """Token ids and lengths of every pair, minus empty ones and those over `max_len` tokens."""
-    read = len(ds)
-    empty = count_empty(ds)
+    """Token ids and lengths of the pairs that pass the filters, and why the others did not."""
     src_model, tgt_model = model_paths(run_dir, joint)
-    # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, max_len.
+    # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, the filters.
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{ds._fingerprint}|{max_len}".encode())
+    h.update(f"{ds._fingerprint}|{max_len}|{max_len_ratio}|{dedup}".encode())
     for p in (src_model, tgt_model):
         h.update(p.read_bytes())
-    ds = ds.map(
-        _EncodeAndFilter(str(run_dir), joint, max_len),
-        batched=True,
-        batch_size=2000,
-        num_proc=num_proc if num_proc > 1 else None,
-        remove_columns=ds.column_names,
-        features=TOKEN_FEATURES,
-        new_fingerprint=h.hexdigest(),
-        writer_batch_size=WRITER_BATCH_SIZE,
-        desc="tokenizing",
-    )
+    key = h.hexdigest()
+    repeats = duplicate_bits(ds) if dedup else None
+    with tempfile.TemporaryDirectory(prefix="seq2seq-tally-") as tally_dir:
+        encode = _EncodeAndFilter(str(run_dir), joint, max_len, max_len_ratio, repeats, tally_dir)
+
+        def run(from_cache: bool) -> datasets.Dataset:
+            return ds.map(
+                encode,
+                with_indices=True,
+                batched=True,
+                batch_size=2000,
+                num_proc=num_proc if num_proc > 1 else None,
+                remove_columns=ds.column_names,
+                features=TOKEN_FEATURES,
+                new_fingerprint=key,
+                writer_batch_size=WRITER_BATCH_SIZE,
+                load_from_cache_file=None if from_cache else False,
+                desc="tokenizing",
+            )
+
+        out = run(from_cache=True)
+        report = _report_of(Path(tally_dir), len(ds), max_len_ratio, dedup)
+        if report is None:  # nothing (or not all) tokenized now: the cache holds the counts
+            report = _load_report(out, key)
+            if report is None or (report.read, report.kept) != (len(ds), len(out)):
+                # Counts lost, or shards left by an interrupted run: tokenize it all again.
+                for path in Path(tally_dir).glob("*.tally"):
+                    path.unlink()
+                out = run(from_cache=False)
+                report = _report_of(Path(tally_dir), len(ds), max_len_ratio, dedup)
+                _save_report(out, key, report)
+        else:
+            _save_report(out, key, report)
     release_arrow_pages()  # the passes above mapped in whole files; the loop needs none of it
-    return ds, FilterReport(read=read, empty=empty, too_long=read - empty - len(ds))
+    return out, report
+
+
+def _report_of(
+    tally_dir: Path, read: int, max_len_ratio: float | None, dedup: bool
+) -> FilterReport | None:
+    """The report from this call's tally, if every pair was tokenized by it."""
+    seen, empty, duplicates, too_long, ratio = _read_tally(tally_dir)
+    if seen != read:
+        return None
+    return FilterReport(
+        read=read,
+        empty=empty,
+        too_long=too_long,
+        length_ratio=ratio if max_len_ratio is not None else None,
+        duplicates=duplicates if dedup else None,
+    )
+
+
+def _report_path(out: datasets.Dataset, key: str) -> Path | None:
+    # Beside the cached Arrow file it describes, so it goes wherever that cache goes.
+    if not out.cache_files:
+        return None
+    return Path(out.cache_files[0]["filename"]).with_name(f"seq2seq-filter-{key}.json")
+
+
+def _save_report(out: datasets.Dataset, key: str, report: FilterReport) -> None:
+    path = _report_path(out, key)
+    if path is not None:
+        atomic_write_text(path, json.dumps(asdict(report)))
+
+
+def _load_report(out: datasets.Dataset, key: str) -> FilterReport | None:
+    path = _report_path(out, key)
+    if path is None or not path.is_file():
+        return None
+    try:
+        return FilterReport(**json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None  # unreadable: counted again
 
 
 def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -308,6 +453,7 @@ class Prepared:
     tokenizer: Tokenizer
     train: datasets.Dataset
     valid: datasets.Dataset | None
+    reports: dict[str, FilterReport] = field(default_factory=dict)  # by split: what was dropped
 
 
 def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
@@ -335,22 +481,28 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
         tokenizer.src_vocab_size,
         " (joint)" if tokenizer.joint else f" + {tokenizer.tgt_vocab_size}",
     )
-    train_ds, report = tokenize(train_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
-    log.info("train: %s", report)
+    reports = {}
+    train_ds, reports["train"] = tokenize(
+        train_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc, d.max_len_ratio, d.dedup
+    )
+    log.info("train: %s", reports["train"])
     if len(train_ds) == 0:
         raise UserError(
-            f"the training set is empty after filtering ({report}); check data.train and "
-            "data.max_len"
+            f"the training set is empty after filtering ({reports['train']}); check data.train, "
+            "data.max_len and data.max_len_ratio"
         )
     valid_ds = None
     if d.valid is not None:
         valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
-        valid_ds, report = tokenize(valid_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc)
-        log.info("valid: %s", report)
+        # Validation keeps its repeats and odd ratios: only what the model cannot take goes.
+        valid_ds, reports["valid"] = tokenize(
+            valid_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc
+        )
+        log.info("valid: %s", reports["valid"])
         if len(valid_ds) == 0:
             log.warning("the validation set is empty after filtering; validation is skipped")
             valid_ds = None
-    return Prepared(tokenizer, train_ds, valid_ds)
+    return Prepared(tokenizer, train_ds, valid_ds, reports)
 
 
 def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:

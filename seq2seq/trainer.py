@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -108,9 +108,9 @@ def _train(
             raise UserError(
                 f"{latest.state} is not a trainer state that can be resumed: {e}"
             ) from None
-        if info.is_main:
-            _truncate_metrics(Path(cfg.run_dir) / METRICS_NAME, state.step)
         log.info("resumed from %s (step %d)", latest.weights, state.step)
+    if info.is_main:
+        _truncate_metrics(Path(cfg.run_dir) / METRICS_NAME, state if latest else None)
 
     log.info(
         "model: %s parameters; device %s%s%s",
@@ -132,6 +132,9 @@ def _train(
     loop = _Loop(
         cfg, model, net, optimizer, scheduler, scaler, data, device, amp_dtype, state, info
     )
+    if latest is None:  # a resumed run's log holds this record already
+        # Its own split: readers of "train" records expect loss and lr in them.
+        loop._write_metrics({"split": "data", **{k: r.record() for k, r in data.reports.items()}})
     loop.run(progress)
     return loop.state
 
@@ -183,6 +186,9 @@ class _Loop:
         # A resumed run starts at a saved (and, if it was the last step, validated) step.
         self._last_eval_step = self._last_save_step = state.step if state.step else -1
         self._signal: int | None = None
+        # Skipped updates in a row, and whether a loss or a gradient made them non-finite.
+        self._nonfinite = 0
+        self._nonfinite_kinds: set[str] = set()
         self._deadline = (
             time.monotonic() + self.tc.max_minutes * 60 if self.tc.max_minutes else math.inf
         )
@@ -215,7 +221,10 @@ class _Loop:
                 micro = next(updates, None)
                 if micro is None:
                     break  # max_epochs reached
+                step = st.step
                 stop = self._update(micro)
+                if st.step == step:
+                    continue  # skipped: no new step to log, validate or save
                 bar.update(1)
                 if st.step % tc.log_every == 0:
                     bar.set_postfix_str(self._log_train())
@@ -228,6 +237,11 @@ class _Loop:
             bar.close()
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
+        if self._nonfinite >= tc.max_nonfinite:
+            # Skipped updates changed neither weights nor optimizer: this is the last good state
+            # (with the data position past the batches that failed).
+            self._save()
+            raise self._nonfinite_error()
         if self._signal is not None:
             st.stopped_by = signal.Signals(self._signal).name
             if self._last_save_step != st.step:
@@ -269,7 +283,8 @@ class _Loop:
             st.batch_in_epoch = 0
 
     def _update(self, micro: list[Batch]) -> bool:
-        """One optimizer step over this process's micro-batches; True when training must stop."""
+        """One optimizer step over this process's micro-batches (none if the loss or gradient is
+        not finite); True when training must stop."""
         local_tokens = sum(b.ntokens for b in micro)
         # One small collective a step: the global target-token count (the loss is a mean over
         # every token of the update, whichever process saw it) and whether any process must stop.
@@ -277,7 +292,7 @@ class _Loop:
             [local_tokens, float(self._must_stop())], self.info, self.device
         )
         # DDP averages gradients over processes; scale so the result is the global token mean.
-        self._window_loss += accumulate_gradients(
+        loss = accumulate_gradients(
             self.net,
             micro,
             scale=self.info.world_size / global_tokens,
@@ -288,7 +303,17 @@ class _Loop:
         )
         self.scaler.unscale_(self.optimizer)
         max_norm = self.tc.clip_norm if self.tc.clip_norm > 0 else math.inf
-        self._grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        # Whether to step must be known before stepping: a wait for the device each update.
+        # The gradients are all-reduced already, so every process decides alike.
+        norm = grad_norm.item()
+        if not math.isfinite(norm):
+            self._skip(loss, norm, global_tokens)
+            return stop > 0 or self._nonfinite >= self.tc.max_nonfinite
+        self._nonfinite = 0
+        self._nonfinite_kinds.clear()
+        self._window_loss += loss
+        self._grad_norm = grad_norm
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -297,6 +322,57 @@ class _Loop:
         self._window_tokens += global_tokens
         self._window_local_tokens += local_tokens
         return stop > 0
+
+    def _skip(self, loss: torch.Tensor, grad_norm: float, global_tokens: float) -> None:
+        """Drop an update whose gradient is not finite: weights, Adam's moments and the lr
+        schedule stay as they were, and (as in fairseq) the step is not counted."""
+        self.scaler.update()  # after an fp16 overflow, a lower loss scale for the next update
+        self.optimizer.zero_grad(set_to_none=True)
+        # Every process is here together, so one more small collective on this rare path
+        # tells whose loss was not finite.
+        local = loss.item()
+        loss_sum, bad_losses = distributed.all_sum(
+            [local, float(not math.isfinite(local))], self.info, self.device
+        )
+        if self.scaler.is_enabled() and not bad_losses:
+            return  # an fp16 gradient overflow: the scaler's business, not a fault
+        self._nonfinite += 1
+        self._nonfinite_kinds.add("loss" if bad_losses else "gradient")
+        st, per_token = self.state, loss_sum / global_tokens
+        why = f"loss {per_token}" if bad_losses else f"gradient norm {grad_norm}"
+        log.warning(
+            "update after step %d skipped, weights unchanged: non-finite %s (%d in a row; %d stop "
+            "training)",
+            st.step,
+            why,
+            self._nonfinite,
+            self.tc.max_nonfinite,
+        )
+        self._write_metrics(
+            {
+                "event": "nonfinite",
+                "loss": _json_number(per_token),
+                "grad_norm": _json_number(grad_norm),
+                "in_a_row": self._nonfinite,
+                "epoch": st.epoch,
+                "batch_in_epoch": st.batch_in_epoch,
+            }
+        )
+
+    def _nonfinite_error(self) -> UserError:
+        step, tc = self.state.step, self.tc
+        kinds = {"loss": "losses", "gradient": "gradients"}
+        what = " or ".join(kinds[k] for k in sorted(self._nonfinite_kinds, reverse=True))
+        # A resumed run restores its saved schedule, so a lower lr needs a fresh run.
+        fixes = ["start a fresh run with a lower train.lr"]
+        if tc.clip_norm == 0:
+            fixes.append("enable clipping (train.clip_norm)")
+        if self.scaler.is_enabled():
+            fixes.append("train with bf16 or fp32 (train.precision)")
+        return UserError(
+            f"training stopped at step {step}: {self._nonfinite} non-finite {what} in a row "
+            f"(last good state saved at step {step}); {', '.join(fixes)} or check the data"
+        )
 
     def _must_stop(self) -> bool:
         return self._signal is not None or time.monotonic() > self._deadline
@@ -345,7 +421,7 @@ class _Loop:
         record = {"step": self.state.step, **record, "time": time.time()}
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
-        if self.tb is not None:
+        if self.tb is not None and "split" in record:
             for key, value in record.items():
                 if key not in ("step", "split", "time") and isinstance(value, (int, float)):
                     self.tb.add_scalar(f"{record['split']}/{key}", value, self.state.step)
@@ -356,12 +432,16 @@ class _Loop:
     def _validate(self) -> bool:
         """Validate on rank 0 (the others wait); True when early stopping says stop."""
         self._last_eval_step = self.state.step
-        stop = False
-        if self.info.is_main and self.data.valid is not None:
+
+        def validate() -> bool:
+            if self.data.valid is None:
+                return False
             start = time.perf_counter()
             stop = self._validate_main()
             self._window_start += time.perf_counter() - start  # tok/s counts training only
-        return bool(distributed.broadcast(stop, self.info))
+            return stop
+
+        return bool(self._on_main(validate))
 
     def _validate_main(self) -> bool:
         st, tc, valid = self.state, self.tc, self.data.valid
@@ -401,7 +481,8 @@ class _Loop:
     def _save(self) -> None:
         self._last_save_step = self.state.step
         rng = distributed.gather(_rng_state(), self.info)  # every process's dropout stream
-        if self.info.is_main:
+
+        def write() -> None:
             state = {
                 "train": asdict(self.state, dict_factory=_without_runtime_fields),
                 "optimizer": self.optimizer.state_dict(),
@@ -411,6 +492,24 @@ class _Loop:
             }
             save_checkpoint(self.run_dir, self.state.step, self.model, state)
             prune(self.run_dir, self.tc.keep_last)
+
+        self._on_main(write)
+
+    def _on_main(self, job: Callable[[], Any]) -> Any:
+        """Rank 0's result of `job`, run on rank 0 alone; a UserError there (a full disk) stops
+        every process, which would otherwise wait for rank 0 at the next collective forever."""
+        result = failure = None
+        if self.info.is_main:
+            try:
+                result = job()
+            except UserError as e:
+                failure = e
+        result, message = distributed.broadcast(
+            (result, None if failure is None else str(failure)), self.info
+        )
+        if message is not None:
+            raise failure or UserError(message)
+        return result
 
 
 def accumulate_gradients(
@@ -428,6 +527,7 @@ def accumulate_gradients(
 
     With scale = 1 / (target tokens of all micro-batches), the gradients equal those of one
     batch holding them all (the loss is normalised by target tokens, not by batches).
+    A micro-batch whose loss is not finite makes every gradient NaN.
     """
     total = torch.zeros((), dtype=torch.float64, device=device)
     for i, batch in enumerate(micro):
@@ -437,10 +537,18 @@ def accumulate_gradients(
             batch = batch.to(device)
             with autocast():
                 loss_sum = net(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask)
-            scaled = loss_sum * scale
+            # Spoiled on purpose: under DDP the all-reduce spreads the NaN to every process, so
+            # all of them see a non-finite gradient norm and skip the update together.
+            spoil = torch.where(torch.isfinite(loss_sum.detach()), 1.0, math.nan)
+            scaled = loss_sum * scale * spoil
             (scaler.scale(scaled) if scaler is not None else scaled).backward()
         total += loss_sum.detach()
     return total
+
+
+def _json_number(x: float) -> float | str:
+    """`x`, or its name ("nan", "inf") where strict JSON has no literal for it."""
+    return x if math.isfinite(x) else str(x)
 
 
 def _without_runtime_fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -510,15 +618,23 @@ def _set_rng_state(saved: list[dict[str, Any]] | dict[str, Any], info: distribut
         torch.cuda.set_rng_state_all(mine["cuda"])
 
 
-def _truncate_metrics(path: Path, step: int) -> None:
-    """Drop metrics logged after the checkpoint a run resumes from (they will be logged again)."""
+def _truncate_metrics(path: Path, state: TrainState | None) -> None:
+    """Drop metrics logged after the checkpoint a run resumes from, or all of them when it starts
+    afresh (a run killed before its first checkpoint): they will be logged again."""
     if not path.is_file():
         return
+    if state is None:
+        atomic_write_text(path, "")
+        return
+    saved_at = (state.step, state.epoch, state.batch_in_epoch)
     keep = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            if json.loads(line).get("step", 0) <= step:
-                keep.append(line)
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue  # a line cut short by a crash
+        # A skipped update's record holds the step before it and its own data position.
+        at = (record.get("step", 0), record.get("epoch", -1), record.get("batch_in_epoch", -1))
+        if at[0] <= state.step and ("batch_in_epoch" not in record or at <= saved_at):
+            keep.append(line)
     atomic_write_text(path, "".join(line + "\n" for line in keep))

@@ -25,6 +25,7 @@ def translate_stream(
     out: TextIO,
     name: str = "stdin",
     chunk_lines: int = CHUNK_LINES,
+    errors: str = "strict",
 ) -> int:
     """Translate raw lines chunk by chunk, flushing each chunk's output; return the count."""
     chunk: list[str] = []
@@ -33,7 +34,10 @@ def translate_stream(
     for count, raw in enumerate(lines, 1):
         if not chunk:
             first = count - 1
-        chunk.append(decode_line(raw, name, count))
+        try:
+            chunk.append(decode_line(raw, name, count, errors))
+        except UserError as e:
+            raise UserError(f"{e}; --errors replace reads such bytes as U+FFFD") from None
         if len(chunk) >= chunk_lines:
             out.write(_render(translator, chunk, first))
             out.flush()
@@ -54,7 +58,9 @@ def _render(translator: Translator, chunk: list[str], first: int) -> str:
     )
 
 
-def translate_files(translator: Translator, input: Path | None, output: Path | None) -> int:
+def translate_files(
+    translator: Translator, input: Path | None, output: Path | None, errors: str = "strict"
+) -> int:
     """Translate a file (or stdin) into a file (or stdout); a file is replaced only on success."""
     source: BinaryIO
     if input is None:
@@ -69,12 +75,12 @@ def translate_files(translator: Translator, input: Path | None, output: Path | N
         # Typed at a terminal, each line is answered at once; piped, lines go in batches.
         chunk = 1 if input is None and sys.stdin.isatty() else CHUNK_LINES
         if output is None:
-            return translate_stream(translator, source, sys.stdout, name, chunk)
+            return translate_stream(translator, source, sys.stdout, name, chunk, errors)
         counted = []
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
-                counted.append(translate_stream(translator, source, out, name, chunk))
+                counted.append(translate_stream(translator, source, out, name, chunk, errors))
 
         atomic_write(output, write)
         return counted[0]

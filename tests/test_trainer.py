@@ -219,7 +219,10 @@ def _batch_shapes(cfg, steps):
     from seq2seq.data import lengths, load_corpus, tokenize
 
     raw = load_corpus(cfg.data.train, "en", "fr")
-    ds, _ = tokenize(raw, cfg.run_dir, True, cfg.data.max_len)
+    d = cfg.data
+    ds, _ = tokenize(
+        raw, cfg.run_dir, True, d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup
+    )
     src, tgt = lengths(ds)
     batches = epoch_batches(src, tgt, cfg.train.max_tokens, cfg.train.seed, 0)[:steps]
     return [(len(b), int(src[b].max()), int(tgt[b].max())) for b in batches]

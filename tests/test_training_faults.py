@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.checkpoint import latest_checkpoint, list_checkpoints, load_weights
+from seq2seq.checkpoint import latest_checkpoint, list_checkpoints, load_state, load_weights
 from seq2seq.config import load_run_config
 from seq2seq.model import Transformer
 from seq2seq.tokenizer import load_tokenizer
@@ -48,10 +49,12 @@ def data_dir(tmp_path_factory, demo_pairs) -> Path:
     return folder
 
 
-def _config(folder: Path, data: Path, name: str, steps: int = MAX_STEPS) -> tuple[Path, Path]:
+def _config(
+    folder: Path, data: Path, name: str, steps: int = MAX_STEPS, save_every: int = SAVE_EVERY
+) -> tuple[Path, Path]:
     run = folder / name
     path = folder / f"{name}.yaml"
-    path.write_text(CONFIG.format(run=run, data=data, steps=steps, save_every=SAVE_EVERY))
+    path.write_text(CONFIG.format(run=run, data=data, steps=steps, save_every=save_every))
     return path, run
 
 
@@ -59,21 +62,31 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1"}
 
 
-def _train(*args: str, script: str | None = None) -> subprocess.Popen:
+def _train(
+    *args: str, script: str | None = None, env: dict[str, str] | None = None, log=None
+) -> subprocess.Popen:
+    """Start training in a new process; its output goes to pipes, or to the file `log`."""
     cmd = [sys.executable, "-m", "seq2seq", "train", *args]
     if script is not None:
         cmd = [sys.executable, "-c", script, *args]
+    out = subprocess.PIPE if log is None else log
     return subprocess.Popen(
-        cmd, cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        cmd, cwd=REPO, env={**_env(), **(env or {})}, stdout=out, stderr=out, text=True
     )
 
 
-def _logged_step(run: Path) -> int:
+def _logged_step(run: Path, since: float = 0.0) -> int:
+    """The last step in the metrics log (of lines written after time `since`)."""
     path = run / "metrics.jsonl"
     if not path.is_file():
         return 0
-    steps = [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip()]
-    return max(steps, default=0)
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # being written as we read
+    return max((r["step"] for r in records if r["time"] >= since), default=0)
 
 
 def _wait_for_step(proc: subprocess.Popen, run: Path, step: int, timeout: float = 120) -> None:
@@ -184,3 +197,113 @@ def test_kill_during_checkpoint_write_leaves_the_previous_one_loadable(
     assert resumed.returncode == 0, err
     _assert_identical(_final_weights(run), uninterrupted)
     assert not list((run / "checkpoints").glob(".*.tmp"))
+
+
+# With STOP_IN_WRITE=state:N or weights:N, the process writes part of that file of step N's
+# checkpoint and stops itself there (SIGSTOP), for the test to kill it inside the write.
+STOPS_IN_A_WRITE = """
+import os, signal, sys
+import torch
+from seq2seq import checkpoint
+which, step = os.environ.get("STOP_IN_WRITE", "none:0").split(":")
+def stop_here():
+    os.kill(os.getpid(), signal.SIGSTOP)
+save_model, save = checkpoint.save_model, torch.save
+def save_model_stopping(model, path, metadata=None):
+    if which == "weights" and metadata and metadata.get("step") == step:
+        with open(path, "wb") as f:
+            f.write(b"half a checkpoint")
+        stop_here()
+    return save_model(model, path, metadata=metadata)
+def save_stopping(obj, f, *args, **kwargs):
+    if which == "state" and str(obj.get("train", {}).get("step")) == step:
+        f.write(b"half a trainer state")
+        stop_here()
+    return save(obj, f, *args, **kwargs)
+checkpoint.save_model, torch.save = save_model_stopping, save_stopping
+from seq2seq.cli import main
+sys.argv = ["seq2seq", "train", *sys.argv[1:]]
+main()
+"""
+
+
+def _stopped_itself(proc: subprocess.Popen, timeout: float = 120) -> bool:
+    """Wait until the process stops itself (True) or ends (False, its returncode set)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+        if pid and os.WIFSTOPPED(status):
+            return True
+        if pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return False
+        time.sleep(0.005)
+    proc.kill()
+    raise AssertionError("training neither stopped in the write nor ended")
+
+
+def _assert_checkpoints_load(run: Path) -> None:
+    found = list_checkpoints(run)
+    if not found:
+        return
+    cfg = load_run_config(run)
+    tok = load_tokenizer(run, joint=True)
+    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, True)
+    for ckpt in found:
+        load_weights(model, ckpt.weights)
+        assert load_state(ckpt.state)["train"]["step"] == ckpt.step
+
+
+def test_ten_sigkills_at_random_moments_then_resume_match_an_uninterrupted_run(
+    tmp_path, data_dir, uninterrupted
+):
+    # Killed no later than this step, a run has steps left: every round has one to interrupt.
+    save_every, last_kill_step = 2, MAX_STEPS - 3
+    config, run = _config(tmp_path, data_dir, "run", save_every=save_every)
+    rng = random.Random(1234)
+    # Inside a checkpoint file's write (the process stops itself there), between two steps, or
+    # while starting up (imports, data, tokenizer).
+    kinds = ["in a write"] * 4 + ["between steps"] * 4 + ["starting up"] * 2
+    rng.shuffle(kinds)
+    for round_, kind in enumerate(kinds):
+        resume_from = latest_checkpoint(run).step if list_checkpoints(run) else 0
+        if kind == "between steps" and resume_from >= last_kill_step:
+            kind = "in a write"  # no step left to kill at before the run would end
+        env = {}
+        if kind == "in a write":
+            # The next checkpoint or the one after it (which lets the next one complete).
+            step = rng.choice([s for s in (resume_from + 2, resume_from + 4) if s <= MAX_STEPS])
+            env["STOP_IN_WRITE"] = f"{rng.choice(['state', 'weights'])}:{step}"
+        launched = time.time()
+        with open(tmp_path / f"round{round_}.log", "w") as log:
+            proc = _train(
+                "--config", str(config), "--resume", script=STOPS_IN_A_WRITE, env=env, log=log
+            )
+        if kind == "in a write":
+            assert _stopped_itself(proc), (tmp_path / f"round{round_}.log").read_text()
+        elif kind == "between steps":
+            target = rng.randint(resume_from + 1, min(resume_from + 4, last_kill_step))
+            while _logged_step(run, since=launched) < target and proc.poll() is None:
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.02))
+        else:
+            deadline = time.monotonic() + rng.uniform(0.3, 3.0)
+            while time.monotonic() < deadline and not _logged_step(run, since=launched):
+                time.sleep(0.005)
+        proc.kill()
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, (tmp_path / f"round{round_}.log").read_text()
+        _assert_checkpoints_load(run)
+
+    with open(tmp_path / "final.log", "w") as log:
+        final = _train("--config", str(config), "--resume", log=log)
+        assert final.wait(timeout=300) == 0, (tmp_path / "final.log").read_text()
+    _assert_identical(_final_weights(run), uninterrupted)
+    steps = [c.step for c in list_checkpoints(run)]
+    assert steps == list(range(save_every, MAX_STEPS + 1, save_every))
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
+        name for s in steps for name in (f"step_{s:08d}.safetensors", f"step_{s:08d}.state.pt")
+    ), "a temporary or lone file was left behind"
+    _assert_checkpoints_load(run)
+    logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert logged == sorted(set(logged)), "steps after a checkpoint were logged twice"

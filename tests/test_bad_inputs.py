@@ -1,0 +1,227 @@
+"""What a user sees for each kind of bad input: one `error:` line, an exit code, no traceback.
+
+Each row of the table is a case a fairseq or OpenNMT-py user has met as a stack trace: the command
+line, what is wrong, the exit code and the words the message must contain. Config errors exit 2,
+other user errors 1; `seq2seq --debug …` shows the traceback for any of them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from seq2seq.checkpoint import save_checkpoint
+from seq2seq.cli import app
+from seq2seq.config import ModelConfig
+from seq2seq.model import Transformer
+from tests.conftest import write_parallel
+
+MODEL = (
+    "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 1, ffn_dim: 64, "
+    "dropout: 0.0, max_positions: 64}\n"
+)
+
+
+def _config(folder: Path, data: str, extra: str = "") -> Path:
+    path = folder / "config.yaml"
+    path.write_text(
+        f"run_dir: {folder / 'run'}\n{data}\n  max_len: 40\ntokenizer: {{vocab_size: 120}}\n{MODEL}"
+        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 2, threads: 1}\n"
+        + extra
+    )
+    return path
+
+
+def _aligned(folder: Path, pairs) -> str:
+    src, tgt = write_parallel(folder, "train", pairs)
+    return f"data:\n  train: {{src: {src}, tgt: {tgt}}}"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, demo_pairs) -> Path:
+    """A real (two-step) run directory: config, tokenizer, checkpoints."""
+    folder = tmp_path_factory.mktemp("run")
+    config = _config(folder, _aligned(folder, demo_pairs[:400]))
+    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+@pytest.fixture(autouse=True)
+def _keep_sigpipe():
+    # `translate` sets SIGPIPE to the default action, as a shell filter should; not in pytest.
+    saved = signal.getsignal(signal.SIGPIPE)
+    yield
+    signal.signal(signal.SIGPIPE, saved)
+
+
+@dataclass
+class Case:
+    """A bad input: `make(tmp, run_dir, pairs)` writes it and returns (argv, stdin)."""
+
+    make: Callable[[Path, Path, list], tuple[list[str], bytes | None]]
+    exit_code: int
+    message: tuple[str, ...]  # fragments of the one error line (formatted with tmp=…)
+
+
+def _train(tmp: Path, yaml: str) -> tuple[list[str], None]:
+    config = tmp / "bad.yaml"
+    config.write_text(yaml)
+    return ["train", "--config", str(config)], None
+
+
+def _train_data(tmp: Path, data: str, extra: str = "") -> tuple[list[str], None]:
+    return ["train", "--config", str(_config(tmp, data, extra))], None
+
+
+def _raw_pair(tmp: Path, name: str, src: bytes, tgt: bytes) -> str:
+    """Line-aligned files with these exact bytes, as a `data:` section."""
+    (tmp / f"{name}.en").write_bytes(src)
+    (tmp / f"{name}.fr").write_bytes(tgt)
+    return f"data:\n  train: {{src: {tmp / name}.en, tgt: {tmp / name}.fr}}"
+
+
+def _tsv(tmp: Path, content: bytes) -> str:
+    (tmp / "c.tsv").write_bytes(content)
+    return f"data:\n  train: {{tsv: {tmp / 'c.tsv'}}}"
+
+
+def _copy_run(tmp: Path, run: Path) -> Path:
+    copy = tmp / "run-copy"
+    shutil.copytree(run, copy)
+    return copy
+
+
+def _best_weights(run: Path) -> Path:
+    return sorted((run / "checkpoints").glob("step_*.safetensors"))[-1]
+
+
+def _other_shape_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
+    other = ModelConfig(
+        d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, max_positions=64
+    )
+    ckpt = save_checkpoint(tmp, 1, Transformer(other, 90, 90, joint_vocab=True), {})
+    return ["translate", "--run", str(run), "--checkpoint", str(ckpt.weights)], b"hello\n"
+
+
+def _truncated_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
+    copy = _copy_run(tmp, run)
+    for weights in (copy / "checkpoints").glob("*.safetensors"):
+        weights.write_bytes(weights.read_bytes()[:1000])
+    return ["translate", "--run", str(copy)], b"hello\n"
+
+
+def _no_tokenizer(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
+    copy = _copy_run(tmp, run)
+    (copy / "tokenizer" / "spm.model").unlink()
+    return ["translate", "--run", str(copy)], b"hello\n"
+
+
+CASES = {
+    "malformed YAML": Case(
+        lambda t, r, p: _train(t, "data:\n  train: {src: a.en\nmodel: [\n"),
+        2,
+        ("bad.yaml", "line"),
+    ),
+    "unknown key": Case(
+        lambda t, r, p: _train(t, "model:\n  d_modle: 64\n"), 2, ("model.d_modle: unknown key",)
+    ),
+    "wrong type": Case(
+        lambda t, r, p: _train(t, "model:\n  d_model: wide\n"), 2, ("model.d_model", "wide")
+    ),
+    "zero size": Case(
+        lambda t, r, p: _train(t, "train:\n  max_tokens: 0\n"), 2, ("train.max_tokens",)
+    ),
+    "negative size": Case(
+        lambda t, r, p: _train(t, "model:\n  ffn_dim: -4\n"), 2, ("model.ffn_dim",)
+    ),
+    "d_model not divisible by heads": Case(
+        lambda t, r, p: _train(t, "model:\n  d_model: 30\n  heads: 4\n"),
+        2,
+        ("divisible", "heads"),
+    ),
+    "missing corpus file": Case(
+        lambda t, r, p: _train_data(t, "data:\n  train: {src: nope.en, tgt: nope.fr}"),
+        2,
+        ("data.train.src: file not found: nope.en",),
+    ),
+    "parallel files of different lengths": Case(
+        lambda t, r, p: _train_data(t, _raw_pair(t, "a", b"one\ntwo\nthree\n", b"un\ndeux\n")),
+        1,
+        ("a.en", "a.fr", "3", "2"),
+    ),
+    "TSV line with the wrong number of fields": Case(
+        lambda t, r, p: _train_data(t, _tsv(t, b"a\tb\nc\td\te\n")),
+        1,
+        ("c.tsv", "line 2"),
+    ),
+    "invalid UTF-8 in a corpus": Case(
+        lambda t, r, p: _train_data(t, _raw_pair(t, "u", b"fine\n\xc3\x28 bad\n", b"ok\nmal\n")),
+        1,
+        ("u.en", "line 2", "invalid UTF-8"),
+    ),
+    "empty training set after filtering": Case(
+        lambda t, r, p: _train_data(t, _aligned(t, [("", "x"), ("y", "   ")])),
+        1,
+        ("training set is empty after filtering", "empty 2"),
+    ),
+    "invalid UTF-8 on stdin": Case(
+        lambda t, r, p: (["translate", "--run", str(r)], b"good line\n\xff\xfe\n"),
+        1,
+        ("stdin, line 2: invalid UTF-8", "--errors replace"),
+    ),
+    "a run directory that is not one": Case(
+        lambda t, r, p: (["translate", "--run", str(t)], b"hello\n"),
+        1,
+        ("is not a run directory",),
+    ),
+    "a checkpoint from another vocabulary or shape": Case(
+        _other_shape_checkpoint, 1, ("does not fit this model", "another vocabulary or shape")
+    ),
+    "a truncated checkpoint": Case(
+        _truncated_checkpoint, 1, ("not a readable checkpoint", "truncated or corrupt")
+    ),
+    "a tokenizer model missing from the run directory": Case(
+        _no_tokenizer, 1, ("tokenizer model missing", "spm.model")
+    ),
+}
+
+
+def _invoke(argv: list[str], stdin: bytes | None, debug: bool = False):
+    options = ["--debug"] if debug else []
+    return CliRunner().invoke(app, [*options, *argv], input=stdin, catch_exceptions=True)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, run_dir, demo_pairs):
+    case = CASES[name]
+    argv, stdin = case.make(tmp_path, run_dir, demo_pairs)
+    result = _invoke(argv, stdin)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.exit_code == case.exit_code, result.output
+    assert isinstance(result.exception, SystemExit), result.exception  # no uncaught exception
+    assert len(errors) == 1, result.stderr
+    message = result.stderr[result.stderr.index("error: ") :]
+    for fragment in case.message:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+    assert "Traceback" not in result.output
+
+
+def test_debug_shows_the_traceback_behind_the_message(tmp_path, run_dir):
+    result = _invoke(["translate", "--run", str(tmp_path)], b"hello\n", debug=True)
+    assert result.exit_code == 1
+    assert "Traceback" in result.stderr and "is not a run directory" in result.stderr
+
+
+def test_errors_replace_translates_invalid_utf8_instead_of_stopping(run_dir):
+    result = _invoke(
+        ["translate", "--run", str(run_dir), "--errors", "replace"], b"good line\n\xff\xfe\nend\n"
+    )
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 3
