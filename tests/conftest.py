@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 
 # Before anything imports `datasets`: no network, and a cache that is not the user's.
@@ -48,3 +50,17 @@ def write_parallel(folder: Path, name: str, pairs: list[tuple[str, str]]) -> tup
 @pytest.fixture(scope="session")
 def demo_pairs() -> list[tuple[str, str]]:
     return generate_pairs(2000, seed=7)
+
+
+def torchrun_train(script: Path, config: Path, processes: int = 2) -> subprocess.CompletedProcess:
+    """Run a training script (a patched `seq2seq train`) under torchrun on CPU processes."""
+    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        + [f"--nproc_per_node={processes}", str(script), "--config", str(config)],
+        cwd=Path(__file__).resolve().parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,  # a process left waiting for another would hang here
+    )

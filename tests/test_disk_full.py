@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -24,7 +22,7 @@ from seq2seq.model import Transformer
 from seq2seq.tokenizer import load_tokenizer
 from seq2seq.trainer import train
 
-from .conftest import write_parallel
+from .conftest import torchrun_train, write_parallel
 from .test_numerical_faults import _config_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,16 +149,7 @@ def test_every_process_stops_when_rank_0_cannot_save(tmp_path, corpus):
     config = _config_file(tmp_path, corpus, max_steps=20, save_every=1, max_tokens=256)
     script = tmp_path / "rank0_disk_full.py"
     script.write_text(RANK0_DISK_FULL)
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    proc = subprocess.run(
-        [*torchrun, "--nproc_per_node=2", str(script), "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # rank 1 left waiting for rank 0 would hang here
-    )
+    proc = torchrun_train(script, config)
     assert proc.returncode != 0
     failed = tmp_path / "run" / "checkpoints" / "step_00000002.safetensors"
     assert proc.stderr.count(f"error: cannot write {failed}: No space left") == 2, proc.stderr

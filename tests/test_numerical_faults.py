@@ -9,9 +9,6 @@ import itertools
 import json
 import logging
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,7 +27,7 @@ from seq2seq.schedule import inverse_sqrt_scheduler
 from seq2seq.tokenizer import load_tokenizer
 from seq2seq.trainer import train
 
-from .conftest import write_parallel
+from .conftest import torchrun_train, write_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -249,16 +246,7 @@ def test_processes_agree_to_skip_and_to_stop_when_one_sees_nan_losses(tmp_path, 
     config = _config_file(tmp_path, corpus, max_steps=20, max_nonfinite=2, max_tokens=256)
     script = tmp_path / "rank1_nan.py"
     script.write_text(RANK1_NAN)
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
-    proc = subprocess.run(
-        [*torchrun, "--nproc_per_node=2", str(script), "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,  # a process left waiting for the other would hang here
-    )
+    proc = torchrun_train(script, config)
     assert proc.returncode != 0
     stopped = "training stopped at step 2: 2 non-finite losses in a row"
     assert proc.stderr.count(f"error: {stopped}") == 2, proc.stderr[-3000:]  # both ranks
