@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -57,6 +58,60 @@ def translate_as_peers_do(translator, src: list[str]) -> list[str]:
             hyps[i] = hyp
     translator.decode = base
     return hyps
+
+
+def decode_exported_ct2(
+    run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
+) -> dict | None:
+    """`seq2seq export --format ctranslate2` of the project's run, decoded as the peers do."""
+    try:
+        import ctranslate2
+    except ImportError:
+        print("ctranslate2 is not installed here: no row for the exported model", file=sys.stderr)
+        return None
+    import sacrebleu
+
+    from seq2seq.export import export_ctranslate2
+    from seq2seq.translator import load_translator
+
+    folder = out / "seq2seq-ct2"
+    if folder.exists():
+        shutil.rmtree(folder)
+    export_ctranslate2(run, folder)
+    tok = load_translator(run, device="cpu")[0].tokenizer
+    model = ctranslate2.Translator(
+        str(folder), device="cpu", inter_threads=1, intra_threads=threads
+    )
+    results = {}
+    for beam in BEAMS:
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            pieces = tok.src.encode(src, out_type=str)
+            lengths = [len(x) + 1 for x in pieces]  # + the EOS CTranslate2 appends
+            order = sorted(range(len(src)), key=lambda i: -lengths[i])
+            hyps = [""] * len(src)
+            for at in range(0, len(order), BATCH):
+                batch = order[at : at + BATCH]
+                found = model.translate_batch(
+                    [pieces[i] for i in batch],
+                    beam_size=beam,
+                    max_decoding_length=int(1.5 * lengths[batch[0]] + 10),
+                    min_decoding_length=1,
+                    suppress_sequences=[["<pad>"], ["<s>"]],
+                )
+                for i, r in zip(batch, found):
+                    hyps[i] = tok.tgt.decode_pieces(r.hypotheses[0])
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        tokens = sum(len(p) + 1 for p in tok.tgt.encode(hyps))
+        results["greedy" if beam == 1 else f"beam{beam}"] = {
+            "sent_s": len(src) / seconds,
+            "tok_s": tokens / seconds,
+            "seconds": seconds,
+            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+        }
+    return results
 
 
 def decode_project(
@@ -202,6 +257,9 @@ def main() -> None:
     else:
         data = args.data
     systems = {"seq2seq": decode_project(run, src, refs, args.threads, args.repeats, args.out)}
+    exported = decode_exported_ct2(run, src, refs, args.threads, args.repeats, args.out)
+    if exported is not None:
+        systems["ctranslate2 float32, seq2seq export"] = exported
     marian = export_to_marian(run, args.out / "seq2seq-as-marian", env)
     project_spm = run / "tokenizer" / "spm.model"
     hf_same_dir = str(args.out / "hf-same")
@@ -252,6 +310,14 @@ def main() -> None:
             f"model's weights, {ratios[mode]['vs_ct2_direct_tok_s']:.2f}× direct in tok/s "
             "(different models)"
         )
+    mine = systems.get("ctranslate2 float32, seq2seq export")
+    if mine is not None:
+        for mode in ours:
+            ratios[mode]["vs_own_ct2_export"] = ours[mode]["sent_s"] / mine[mode]["sent_s"]
+            print(
+                f"{mode}: seq2seq / CTranslate2 float32 on seq2seq's exported weights (sent/s) "
+                f"{ratios[mode]['vs_own_ct2_export']:.2f}×"
+            )
     systems["ratios"] = ratios
     systems["greedy_agreement_same_weights"] = same_output
     (args.out / "bench_translate.json").write_text(json.dumps(systems, indent=2))

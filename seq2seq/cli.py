@@ -349,19 +349,107 @@ def average(
 @_user_errors
 def plot(
     ctx: typer.Context,
-    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory with a metrics log.")],
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="PNG to write (RUN/curves.png).")
+    what: Annotated[
+        str, typer.Argument(help="`curves` (of a run) or `positional` (§3.5 encodings).")
+    ] = "curves",
+    run: Annotated[
+        Path | None, typer.Option("--run", "-r", help="Run directory with a metrics log.")
     ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="PNG to write (RUN/curves.png, positional.png)."),
+    ] = None,
+    d_model: Annotated[int, typer.Option(help="positional: model width.")] = 64,
+    length: Annotated[int, typer.Option(help="positional: number of positions.")] = 50,
 ) -> None:
-    """Draw training and validation curves (loss, BLEU, learning rate) as a PNG.
+    """Draw training and validation curves (loss, BLEU, learning rate), or the sinusoidal
+    positional encodings, as a PNG.
+
+    Examples:\n
+      seq2seq plot --run runs/demo\n
+      seq2seq plot positional --d-model 64 --length 50 --output pe.png
+    """
+    from .plot import plot_curves, plot_positions
+
+    if what == "positional":
+        print(plot_positions(output or Path("positional.png"), d_model, length))
+    elif what == "curves":
+        if run is None:
+            raise UserError("plot curves needs --run DIR")
+        print(plot_curves(run, output))
+    else:
+        raise UserError(f"plot draws `curves` or `positional`, not {what!r}")
+
+
+@app.command()
+@_user_errors
+def info(
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Summarise a run: model shape, parameters, tokenizer, steps trained, best BLEU.
+
+    Examples:\n
+      seq2seq info --run runs/demo\n
+      seq2seq info --run runs/demo --json | jq .best_bleu
+    """
+    import json
+
+    from .info import format_summary, run_summary
+
+    summary = run_summary(run)
+    print(json.dumps(summary) if as_json else format_summary(summary))
+
+
+@app.command()
+@_user_errors
+def export(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Argument(help="Folder to write (must not exist or be empty).")],
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    format: Annotated[str, typer.Option("--format", "-f", help="ctranslate2")] = "ctranslate2",
+    checkpoint: Checkpoint = None,
+) -> None:
+    """Write a trained model for a fast inference runtime (CTranslate2).
+
+    Examples:\n
+      seq2seq export --run runs/demo --format ctranslate2 runs/demo-ct2\n
+      python -c "import ctranslate2; t = ctranslate2.Translator('runs/demo-ct2'); ..."
+    """
+    from .export import export_ctranslate2
+
+    if format != "ctranslate2":
+        raise UserError(f"unknown export format {format!r}; available: ctranslate2")
+    written = export_ctranslate2(run, out, checkpoint)
+    print(f"wrote {written} (CTranslate2; source pieces only: it adds </s> itself)")
+
+
+@app.command()
+@_user_errors
+def attention(
+    ctx: typer.Context,
+    sentence: Annotated[str, typer.Argument(help="Source sentence to translate.")],
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="PNG to write (attention.png).")
+    ] = None,
+    checkpoint: Checkpoint = None,
+    device: Device = "auto",
+) -> None:
+    """Greedy-translate a sentence and draw each decoder layer's cross-attention as a PNG.
 
     Example:\n
-      seq2seq plot --run runs/demo
+      seq2seq attention --run runs/demo "I have three cats." --output cats.png
     """
-    from .plot import plot_curves
+    from .attention import attention_of_translation, load_for_attention
+    from .plot import _pyplot, plot_attention
 
-    print(plot_curves(run, output))
+    _pyplot()  # fail before loading a model when matplotlib is missing
+    model, tokenizer, decode, _ = load_for_attention(run, checkpoint, device)
+    src, out, weights = attention_of_translation(model, tokenizer, decode, sentence)
+    log.info("translation: %s", tokenizer.tgt.decode_pieces(out[:-1]))
+    print(plot_attention(src, out, weights, output or Path("attention.png")))
 
 
 @app.command("demo-data")

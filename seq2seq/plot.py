@@ -79,3 +79,73 @@ def plot_curves(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
     fig.savefig(out)
     plt.close(fig)
     return out
+
+
+def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 100) -> Path:
+    """§3.5 sinusoidal positional encodings as a heatmap: positions down, dimensions across."""
+    from .model import sinusoidal_positions
+
+    if d_model < 2 or d_model % 2:
+        raise UserError(f"--d-model must be an even number of at least 2, not {d_model}")
+    if length < 1:
+        raise UserError(f"--length must be at least 1, not {length}")
+    plt = _pyplot()
+    pe = sinusoidal_positions(length, d_model).numpy()
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=dpi)
+    image = ax.imshow(pe, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
+    ax.set(
+        title=f"sinusoidal positional encoding (§3.5), d_model={d_model}",
+        xlabel="dimension (even: sin, odd: cos)",
+        ylabel="position",
+    )
+    fig.colorbar(image, ax=ax)
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def attention_cell_inches(n_src: int, n_out: int) -> float:
+    """Side of one heatmap: 3 inches, growing with the longer axis so labels stay readable."""
+    return round(max(3.0, 0.16 * max(n_src, n_out) + 1.0), 1)
+
+
+def plot_attention(
+    src_pieces: list[str],
+    out_pieces: list[str],
+    weights: list,
+    out: Path,
+    dpi: int = 100,
+) -> Path:
+    """Per decoder layer, the head-averaged cross-attention then each head; source on x,
+    output on y. `weights` holds one [heads, output, source] array per layer."""
+    plt = _pyplot()
+    layers, heads = len(weights), weights[0].shape[0]
+    cell = attention_cell_inches(len(src_pieces), len(out_pieces))
+    fig, axes = plt.subplots(
+        layers,
+        heads + 1,
+        figsize=((heads + 1) * cell, layers * cell),
+        dpi=dpi,
+        squeeze=False,
+    )
+    size = 7 if max(len(src_pieces), len(out_pieces)) <= 20 else 5
+    for layer, w in enumerate(weights):
+        w = w.numpy() if hasattr(w, "numpy") else w
+        panels = [("mean of heads", w.mean(axis=0))]
+        panels += [(f"head {h + 1}", w[h]) for h in range(heads)]
+        for col, (name, image) in enumerate(panels):
+            ax = axes[layer][col]
+            ax.imshow(image, aspect="auto", cmap="viridis", vmin=0.0, vmax=1.0)
+            ax.set_title(f"layer {layer + 1} · {name}", fontsize=8)
+            ax.set_xticks(range(len(src_pieces)))
+            ax.set_xticklabels(src_pieces, rotation=90, fontsize=size)
+            ax.set_yticks(range(len(out_pieces)))
+            ax.set_yticklabels(out_pieces if col == 0 else [], fontsize=size)
+    fig.suptitle("decoder cross-attention (§3.2): output pieces ↓, source pieces →")
+    fig.tight_layout()
+    out = Path(out)
+    fig.savefig(out)
+    plt.close(fig)
+    return out

@@ -1,0 +1,106 @@
+"""`seq2seq export`: a trained run as a CTranslate2 model, through CTranslate2's spec API.
+
+The spec is the same network, layer for layer (§3.1): fused q/k/v and k/v projections map onto
+CTranslate2's fused linears, post- or pre-norm onto `pre_norm`, and the run's own sinusoidal
+table (§3.5) is stored in the model, so no layout of positions is assumed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import UserError
+from .translator import load_translator
+
+LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the model uses
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().float().cpu().numpy().copy()
+
+
+def _linear(spec, layer: torch.nn.Linear) -> None:
+    spec.weight = _np(layer.weight)
+    if layer.bias is not None:
+        spec.bias = _np(layer.bias)
+
+
+def _norm(spec, norm: torch.nn.LayerNorm) -> None:
+    spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
+
+
+def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
+    """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies."""
+    from ctranslate2.specs import common_spec, transformer_spec
+
+    cfg = model.cfg
+    spec = transformer_spec.TransformerSpec.from_config(
+        (cfg.encoder_layers, cfg.decoder_layers),
+        cfg.heads,
+        pre_norm=cfg.norm_first,
+        activation=common_spec.Activation.RELU,
+    )
+    positions = _np(model.positions)
+    enc, dec = spec.encoder, spec.decoder
+    enc.embeddings[0].weight = _np(model.src_embed.weight)
+    enc.position_encodings.encodings = positions
+    for layer, src in zip(enc.layer, model.encoder_layers):
+        _linear(layer.self_attention.linear[0], src.self_attn.qkv_proj)
+        _linear(layer.self_attention.linear[1], src.self_attn.out_proj)
+        _norm(layer.self_attention.layer_norm, src.attn_block.norm)
+        _linear(layer.ffn.linear_0, src.ffn.up)
+        _linear(layer.ffn.linear_1, src.ffn.down)
+        _norm(layer.ffn.layer_norm, src.ffn_block.norm)
+    dec.embeddings.weight = _np(model.tgt_embed.weight)
+    dec.position_encodings.encodings = positions
+    for layer, src in zip(dec.layer, model.decoder_layers):
+        _linear(layer.self_attention.linear[0], src.self_attn.qkv_proj)
+        _linear(layer.self_attention.linear[1], src.self_attn.out_proj)
+        _norm(layer.self_attention.layer_norm, src.self_block.norm)
+        _linear(layer.attention.linear[0], src.cross_attn.q_proj)
+        _linear(layer.attention.linear[1], src.cross_attn.kv_proj)
+        _linear(layer.attention.linear[2], src.cross_attn.out_proj)
+        _norm(layer.attention.layer_norm, src.cross_block.norm)
+        _linear(layer.ffn.linear_0, src.ffn.up)
+        _linear(layer.ffn.linear_1, src.ffn.down)
+        _norm(layer.ffn.layer_norm, src.ffn_block.norm)
+    if cfg.norm_first:  # pre-norm stacks end with a norm (model.encoder_norm/decoder_norm)
+        _norm(enc.layer_norm, model.encoder_norm)
+        _norm(dec.layer_norm, model.decoder_norm)
+    dec.projection.weight = _np(model.output.weight)
+    spec.register_source_vocabulary(src_pieces)
+    spec.register_target_vocabulary(tgt_pieces)
+    # The tokenizer ends every source with EOS; CTranslate2 adds it, so callers pass pieces only.
+    spec.config.add_source_eos = True
+    spec.config.layer_norm_epsilon = LAYER_NORM_EPS
+    return spec
+
+
+def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
+    """Write the run's model (best, else latest, checkpoint) as a CTranslate2 model in `out`."""
+    try:
+        from ctranslate2.converters.converter import Converter
+    except ImportError:
+        raise UserError(
+            "export to CTranslate2 needs ctranslate2: pip install 'seq2seq[export]'"
+        ) from None
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not an empty folder; choose a new one")
+    translator, _ = load_translator(run_dir, checkpoint, "cpu")
+    tok = translator.tokenizer
+
+    def pieces(sp) -> list[str]:
+        return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+
+    spec = transformer_spec(translator.model, pieces(tok.src), pieces(tok.tgt))
+
+    class _FromSpec(Converter):
+        def _load(self):
+            return spec
+
+    _FromSpec().convert(str(out), force=True)
+    return out

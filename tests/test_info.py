@@ -1,0 +1,115 @@
+"""`seq2seq info`: what a run directory holds, at a glance or as JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from seq2seq.checkpoint import list_checkpoints, load_weights
+from seq2seq.cli import app
+from seq2seq.config import load_run_config
+from seq2seq.info import best_validation
+from seq2seq.model import count_parameters
+from seq2seq.tokenizer import load_tokenizer
+from seq2seq.translator import build_model
+from tests.conftest import write_parallel
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, demo_pairs) -> Path:
+    """A real two-step run: config, tokenizer, checkpoints, metrics."""
+    folder = tmp_path_factory.mktemp("info")
+    src, tgt = write_parallel(folder, "train", demo_pairs[:300])
+    config = folder / "config.yaml"
+    config.write_text(
+        f"run_dir: {folder / 'run'}\n"
+        f"data:\n  train: {{src: {src}, tgt: {tgt}}}\n  max_len: 40\n"
+        "tokenizer: {vocab_size: 120}\n"
+        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 2, ffn_dim: 64, "
+        "dropout: 0.0, max_positions: 64}\n"
+        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n"
+    )
+    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+def _info(*args: str):
+    return CliRunner().invoke(app, ["info", *args])
+
+
+def test_json_summary_matches_the_run(run_dir):
+    result = _info("--run", str(run_dir), "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    cfg = load_run_config(run_dir)
+    tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
+    model = build_model(cfg.model, tokenizer)
+    load_weights(model, list_checkpoints(run_dir)[-1].weights)  # the counted model is the saved one
+    assert info["parameters"] == count_parameters(model)
+    assert info["model"] == {
+        "d_model": 32,
+        "heads": 4,
+        "encoder_layers": 1,
+        "decoder_layers": 2,
+        "ffn_dim": 64,
+        "norm": "post",
+        "tie_embeddings": True,
+    }
+    assert info["tokenizer"] == {
+        "type": "unigram",
+        "joint": True,
+        "src_vocab": tokenizer.src_vocab_size,
+        "tgt_vocab": tokenizer.tgt_vocab_size,
+    }
+    assert info["steps_trained"] == 2
+    assert info["checkpoints"] == [c.step for c in list_checkpoints(run_dir)]
+    assert info["checkpoints"][-1] == 2
+
+
+def test_text_summary_names_shape_size_vocabulary_and_steps(run_dir):
+    result = _info("--run", str(run_dir))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "d_model 32, 4 heads, 1+2 layers, ffn 64, post-norm" in out
+    assert "steps trained: 2" in out
+    assert "unigram, vocabulary" in out and "joint" in out
+    params = json.loads(_info("--run", str(run_dir), "--json").stdout)["parameters"]
+    assert f"{params:,}" in out
+
+
+def test_best_bleu_is_the_highest_validation_bleu_in_the_log(tmp_path):
+    records = [
+        {"step": 1, "split": "train", "loss": 5.0, "lr": 1e-4},
+        {"step": 10, "split": "valid", "loss": 4.0, "bleu": 3.5},
+        {"step": 20, "split": "valid", "loss": 3.0, "bleu": 7.25},
+        {"step": 30, "split": "valid", "loss": 2.9, "bleu": 6.0},
+        {"step": 40, "split": "valid", "loss": 2.8},  # no BLEU measured: not a candidate
+    ]
+    text = "".join(json.dumps(r) + "\n" for r in records) + '{"step": 50, "spl'  # crash-cut line
+    (tmp_path / "metrics.jsonl").write_text(text)
+    best = best_validation(tmp_path)
+    assert (best["step"], best["bleu"]) == (20, 7.25)
+
+
+def test_best_bleu_is_reported_with_its_step(run_dir, tmp_path):
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    with open(copy / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 2, "split": "valid", "loss": 4.0, "bleu": 12.5}) + "\n")
+    info = json.loads(_info("--run", str(copy), "--json").stdout)
+    assert (info["best_bleu"], info["best_bleu_step"]) == (12.5, 2)
+    assert "best BLEU:     12.50 at step 2" in _info("--run", str(copy)).stdout
+
+
+def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):
+    result = _info("--run", str(tmp_path))
+    assert result.exit_code != 0
+    assert result.stderr.startswith("error: ")
+    assert "not a run directory" in result.stderr
+    assert "Traceback" not in result.output
