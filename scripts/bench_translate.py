@@ -60,6 +60,20 @@ def translate_as_peers_do(translator, src: list[str]) -> list[str]:
     return hyps
 
 
+def speed(hyps: list[str], refs: list[str], times: list[float], tokenizer) -> dict:
+    """Sentences/s and target tokens/s (pieces + EOS, as the peers count) of the median run."""
+    import sacrebleu
+
+    seconds = statistics.median(times)
+    tokens = sum(len(p) + 1 for p in tokenizer.tgt.encode(hyps))
+    return {
+        "sent_s": len(hyps) / seconds,
+        "tok_s": tokens / seconds,
+        "seconds": seconds,
+        "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
+    }
+
+
 def decode_exported_ct2(
     run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
 ) -> dict | None:
@@ -69,7 +83,6 @@ def decode_exported_ct2(
     except ImportError:
         print("ctranslate2 is not installed here: no row for the exported model", file=sys.stderr)
         return None
-    import sacrebleu
 
     from seq2seq.export import export_ctranslate2
     from seq2seq.translator import load_translator
@@ -103,14 +116,7 @@ def decode_exported_ct2(
                 for i, r in zip(batch, found):
                     hyps[i] = tok.tgt.decode_pieces(r.hypotheses[0])
             times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
-        tokens = sum(len(p) + 1 for p in tok.tgt.encode(hyps))
-        results["greedy" if beam == 1 else f"beam{beam}"] = {
-            "sent_s": len(src) / seconds,
-            "tok_s": tokens / seconds,
-            "seconds": seconds,
-            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-        }
+        results["greedy" if beam == 1 else f"beam{beam}"] = speed(hyps, refs, times, tok)
     return results
 
 
@@ -118,7 +124,6 @@ def decode_project(
     run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
 ) -> dict:
     """Greedy and beam-4 decoding of `src` by the project, timed in this process."""
-    import sacrebleu
     import torch
 
     torch.set_num_threads(threads)
@@ -133,17 +138,11 @@ def decode_project(
             start = time.perf_counter()
             hyps = translate_as_peers_do(translator, src)
             times.append(time.perf_counter() - start)
-        seconds = statistics.median(times)
-        pieces = translator.tokenizer.tgt.encode(hyps)
-        tokens = sum(len(p) + 1 for p in pieces)
         if beam == 1:
             (out / "seq2seq.greedy.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
-        results["greedy" if beam == 1 else f"beam{beam}"] = {
-            "sent_s": len(src) / seconds,
-            "tok_s": tokens / seconds,
-            "seconds": seconds,
-            "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,
-        }
+        results["greedy" if beam == 1 else f"beam{beam}"] = speed(
+            hyps, refs, times, translator.tokenizer
+        )
     return results
 
 

@@ -64,3 +64,21 @@ def torchrun_train(script: Path, config: Path, processes: int = 2) -> subprocess
         text=True,
         timeout=300,  # a process left waiting for another would hang here
     )
+
+
+def train_tiny_run(folder: Path, pairs: list[tuple[str, str]], settings: str) -> Path:
+    """Train a run in-process through `seq2seq train` on `pairs`; `settings` is the YAML after
+    run_dir and data (tokenizer, model, train, …). Returns the run directory."""
+    from typer.testing import CliRunner
+
+    from seq2seq.cli import app
+
+    src, tgt = write_parallel(folder, "train", pairs)
+    config = folder / "config.yaml"
+    config.write_text(
+        f"run_dir: {folder / 'run'}\n"
+        f"data:\n  train: {{src: {src}, tgt: {tgt}}}\n  max_len: 40\n" + settings
+    )
+    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    return folder / "run"

@@ -15,26 +15,21 @@ from seq2seq.info import best_validation
 from seq2seq.model import count_parameters
 from seq2seq.tokenizer import load_tokenizer
 from seq2seq.translator import build_model
-from tests.conftest import write_parallel
+from tests.conftest import train_tiny_run
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, demo_pairs) -> Path:
     """A real two-step run: config, tokenizer, checkpoints, metrics."""
     folder = tmp_path_factory.mktemp("info")
-    src, tgt = write_parallel(folder, "train", demo_pairs[:300])
-    config = folder / "config.yaml"
-    config.write_text(
-        f"run_dir: {folder / 'run'}\n"
-        f"data:\n  train: {{src: {src}, tgt: {tgt}}}\n  max_len: 40\n"
+    return train_tiny_run(
+        folder,
+        demo_pairs[:300],
         "tokenizer: {vocab_size: 120}\n"
         "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 2, ffn_dim: 64, "
         "dropout: 0.0, max_positions: 64}\n"
-        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n"
+        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n",
     )
-    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
 
 
 def _info(*args: str):
