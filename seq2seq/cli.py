@@ -474,5 +474,6 @@ def demo_data(
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point (also `python -m seq2seq`)."""
+    # One program name either way, so help, usage lines and shell completion say `seq2seq`.
+    app(prog_name="seq2seq")

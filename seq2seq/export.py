@@ -7,6 +7,7 @@ table (§3.5) is stored in the model, so no layout of positions is assumed.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -103,4 +104,7 @@ def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None)
             return spec
 
     _FromSpec().convert(str(out), force=True)
+    # CTranslate2 takes pieces, not text: the SentencePiece model(s) travel with the weights.
+    for model_file in sorted((Path(run_dir) / "tokenizer").glob("*.model")):
+        shutil.copyfile(model_file, out / model_file.name)
     return out

@@ -136,6 +136,41 @@ def test_help_lists_the_three_commands():
         assert command in proc.stdout
 
 
+def test_every_command_help_shows_a_runnable_example():
+    from typer.main import get_command
+
+    from seq2seq.cli import app
+
+    commands = get_command(app).commands
+    assert {"train", "evaluate", "translate", "export", "info", "attention", "plot"} <= set(
+        commands
+    )
+    for name in commands:
+        proc = seq2seq(name, "--help")
+        assert "Example" in proc.stdout, name
+        assert f"seq2seq {name} " in proc.stdout, name  # the example uses the command itself
+
+
+def test_shell_completion_completes_commands_and_their_options():
+    exe = shutil.which("seq2seq")
+    assert exe is not None, "run `make install` first"
+
+    def complete(words: str) -> list[str]:
+        env = {
+            **os.environ,
+            "_SEQ2SEQ_COMPLETE": "complete_bash",
+            "COMP_WORDS": words,
+            "COMP_CWORD": str(len(words.split()) - 1),
+        }
+        proc = subprocess.run([exe], env=env, capture_output=True, text=True, check=True)
+        return proc.stdout.split()
+
+    assert complete("seq2seq tr") == ["train", "translate"]
+    assert "--beam-size" in complete("seq2seq translate --be")
+    script = seq2seq("--show-completion", "bash").stdout
+    assert "_SEQ2SEQ_COMPLETE=complete_bash" in script
+
+
 def test_bad_config_exits_2_with_one_message_and_no_traceback(tmp_path):
     config = tmp_path / "bad.yaml"
     config.write_text("data:\n  train: {src: a.en, tgt: a.fr}\nmodel:\n  d_modle: 64\n")

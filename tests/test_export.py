@@ -45,6 +45,9 @@ def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
         app, ["export", "--run", str(run), "--format", "ctranslate2", str(out)]
     )
     assert result.exit_code == 0, result.output
+    # Self-contained: the SentencePiece model(s) that make its pieces are beside the weights.
+    tokenizer_files = sorted(p.name for p in (run / "tokenizer").glob("*.model"))
+    assert tokenizer_files and sorted(p.name for p in out.glob("*.model")) == tokenizer_files
 
     sources = [a for a, _ in demo_pairs[600:660]]
     cap = 20
