@@ -2,7 +2,7 @@ PYTHON ?= python
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo clean-demo bench-train bench-translate bench-data bench-gpu
+.PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-gpu
 
 install:  ## editable install with dev tools; torch pinned to the local CPU wheel
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
@@ -28,6 +28,12 @@ bench-train:  ## training throughput beside the HF Marian peer (needs ../shared)
 
 bench-translate:  ## greedy and beam-4 decoding speed beside HF Marian and CTranslate2 (needs ../shared)
 	$(PYTHON) scripts/bench_translate.py
+
+bench-quality:  ## valid BLEU after 30 minutes of training each, beside the HF Marian peer (needs ../shared)
+	$(PYTHON) scripts/bench_quality.py --minutes 30
+
+ablate-quality:  ## one 8-minute run per setting changed: what moves BLEU at a fixed budget (needs ../shared)
+	$(PYTHON) scripts/ablate_quality.py --minutes 8 --threads 1 --parallel 2
 
 bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
 	$(PYTHON) scripts/bench_data.py --pairs 1000000 5000000

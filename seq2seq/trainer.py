@@ -404,6 +404,7 @@ class _Loop:
             "loss": loss,
             "lr": lr,
             "tokens_per_s": tok_s,
+            "tokens": self._window_tokens,  # target tokens of this window (all processes)
             "grad_norm": self._grad_norm.item(),
             "epoch": self.state.epoch,
             **_memory(self.device),
