@@ -196,7 +196,7 @@ def main() -> None:
     p.add_argument(
         "--step-seconds",
         type=float,
-        default=1.4,
+        default=0.7,
         help="expected seconds a project step takes (spaces its checkpoints)",
     )
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-quality"))
