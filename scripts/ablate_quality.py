@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_quality import evaluate_project, project_overrides, train_project  # noqa: E402
+from bench_quality import evaluate_project, project_overrides, train_with_config  # noqa: E402
 from benchlib import REPO, bench_env  # noqa: E402
 
 TRAINING_ROWS: list[tuple[str, list[str]]] = [
@@ -70,7 +70,7 @@ def main() -> None:
         run = args.out / f"run{i:02d}"
         base = project_overrides(data, run, args.minutes, args.threads, args.save_every)
         base.append(f"train.warmup_steps={args.warmup}")
-        trained = train_project(args.config, [*base, *sets], env, args.out / f"run{i:02d}.log")
+        trained = train_with_config(args.config, [*base, *sets], env, args.out / f"run{i:02d}.log")
         final = evaluate_project(run, data, args.out / "eval" / f"run{i:02d}", env)
         del trained["minute_of_step"]
         result = {"row": i, "name": name, "sets": sets, **trained, **final}

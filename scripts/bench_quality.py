@@ -21,7 +21,15 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import PEER_PY, PEERS, REPO, bench_env, require_peers, run_measured  # noqa: E402
+from benchlib import (  # noqa: E402
+    PEER_PY,
+    PEERS,
+    REPO,
+    bench_env,
+    require_peers,
+    run_measured,
+    train_peer,
+)
 
 # The peer's fixed shape (hf_marian_train.build_model); the config must match it.
 PEER_SHAPE = {
@@ -70,7 +78,7 @@ def project_overrides(data: Path, run: Path, minutes: float, threads: int, save_
     ]
 
 
-def train_project(config: Path, sets: list[str], env: dict, log: Path) -> dict:
+def train_with_config(config: Path, sets: list[str], env: dict, log: Path) -> dict:
     """Train with `config` and the overrides; return steps, tokens and checkpoint minutes."""
     cmd = [sys.executable, "-m", "seq2seq", "--quiet", "train", "--config", str(config)]
     for item in sets:
@@ -123,30 +131,6 @@ def evaluate_project(
         **score(hyps, read_lines(data / "valid.fr")),
         "checkpoint": report.get("checkpoint"),
         "decode_s": wall,
-    }
-
-
-def train_peer(
-    data: Path, spm: Path, out: Path, seconds: float, every: float, max_tokens: int, env: dict
-) -> dict:
-    """Train the peer for `seconds`, with snapshots every `every` seconds."""
-    folder = out / "peer"
-    cmd = [str(PEER_PY), str(REPO / "scripts" / "peer_snapshots.py"), "--every", str(every), "--"]
-    cmd += ["--data", str(data), "--spm", str(spm), "--out", str(folder)]
-    cmd += ["--seconds", str(seconds), "--max-tokens", str(max_tokens)]
-    code, wall, rss = run_measured(cmd, env | {"PEERS_DIR": str(PEERS)}, out / "peer.log")
-    if code != 0:
-        sys.exit(f"peer training failed (exit {code}); see {out / 'peer.log'}")
-    m = json.loads((folder / "metrics.json").read_text())
-    snaps = [json.loads(x) for x in (folder / "snapshots.jsonl").read_text().splitlines()]
-    return {
-        "wall_s": wall,
-        "peak_rss_mb": rss,
-        "steps": m["train_steps"],
-        "tokens": m["train_tgt_tokens"],
-        "train_minutes": m["train_seconds"] / 60,
-        "snapshots": snaps,
-        "model": str(folder / "model"),
     }
 
 
@@ -218,7 +202,7 @@ def main() -> None:
 
     print(f"training seq2seq for {args.minutes:g} min ...", flush=True)
     sets = [*args.set, *project_overrides(data, run, args.minutes, args.threads, save_every)]
-    ours = train_project(args.config, sets, env, args.out / "project.log")
+    ours = train_with_config(args.config, sets, env, args.out / "project.log")
     spm = run / "tokenizer" / "spm.model"
     print(f"training the peer for {args.minutes:g} min ...", flush=True)
     peer = train_peer(

@@ -107,12 +107,19 @@ def train_peer(
     seconds: float,
     env: dict[str, str],
     max_tokens: int = 4096,
+    snapshot_every: float | None = None,
 ) -> dict:
-    """Train the HF Marian peer of the same shape for `seconds` with the given SentencePiece."""
+    """Train the HF Marian peer of the same shape for `seconds` with the given SentencePiece;
+    with `snapshot_every`, also save its model every that many seconds (peer_snapshots.py)."""
     folder = out / "peer"
+    script = [str(PEERS / "hf_marian_train.py")]
+    if snapshot_every:
+        wrapper = Path(__file__).resolve().parent / "peer_snapshots.py"
+        script = [str(wrapper), "--every", str(snapshot_every), "--"]
+        env = {**env, "PEERS_DIR": str(PEERS)}
     cmd = [
         str(PEER_PY),
-        str(PEERS / "hf_marian_train.py"),
+        *script,
         "--data",
         str(data),
         "--spm",
@@ -132,11 +139,17 @@ def train_peer(
     if code != 0:
         sys.exit(f"peer training failed (exit {code}); see {out / 'peer.log'}")
     m = json.loads((folder / "metrics.json").read_text())
+    snapshots = folder / "snapshots.jsonl"
     return {
         "system": "hf-marian (peer)",
         "steps": m["train_steps"],
+        "tokens": m["train_tgt_tokens"],
+        "train_minutes": m["train_seconds"] / 60,
         "tok_s_median": m["train_tok_s_median"],
         "peak_rss_mb": rss,
         "wall_s": wall,
         "model": str(folder / "model"),
+        "snapshots": [json.loads(x) for x in snapshots.read_text().splitlines()]
+        if snapshot_every
+        else [],
     }
