@@ -301,9 +301,9 @@ class _EncodeAndFilter:
         too_long = ratio = 0
         for i in range(len(pairs)):
             n_src, n_tgt = len(src[i]) - 1, len(tgt[i])  # pieces, without the source's EOS
-            # The encoder sees pieces + EOS; the decoder sees BOS + target and predicts
-            # target + EOS: each side one more than its pieces.
-            if max(n_src, n_tgt) >= self.max_len:
+            # max_len counts pieces; the encoder sees pieces + EOS and the decoder BOS + target
+            # (predicting target + EOS), one position more, which max_positions allows for.
+            if max(n_src, n_tgt) > self.max_len:
                 too_long += 1
             elif self.max_len_ratio is not None and (
                 max(n_src, n_tgt) > self.max_len_ratio * min(n_src, n_tgt)

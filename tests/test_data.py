@@ -103,6 +103,24 @@ def test_empty_and_too_long_pairs_are_dropped_and_counted(tmp_path, demo_pairs):
     assert str(report) == "300 pairs kept, 3 dropped (empty 2, too long 1)"
 
 
+def test_a_pair_of_exactly_max_len_pieces_is_kept_and_one_piece_more_is_dropped(
+    tmp_path, demo_pairs
+):
+    pairs = demo_pairs[:200]
+    src, tgt = write_parallel(tmp_path, "a", pairs)
+    ds = _load(src=src, tgt=tgt)
+    tok = train_tokenizer(TokenizerConfig(vocab_size=200), ds["src"], ds["tgt"], tmp_path / "run")
+    longest = max(
+        max(len(s), len(t))
+        for s, t in zip(tok.src.encode(list(ds["src"])), tok.tgt.encode(list(ds["tgt"])))
+    )
+    kept, report = tokenize(ds, tmp_path / "run", joint=True, max_len=longest)
+    assert report.too_long == 0 and len(kept) == 200
+    assert max(max(kept["src_len"]), max(kept["tgt_len"])) == longest + 1  # + EOS
+    _, report = tokenize(ds, tmp_path / "run", joint=True, max_len=longest - 1)
+    assert report.too_long >= 1
+
+
 # Pairs each check drops, whatever the tokenizer: 300 pieces > max_len 200; a word or two
 # (at most 4 pieces) against 40+ words (at least a piece each) > 9x.
 def _words(word, n):
