@@ -260,6 +260,8 @@ def evaluate(
     comparison = report.get("comparison")
     if comparison is not None:
         verdict = "significant" if comparison["significant"] else "not significant"
+        if comparison["delta"] == 0:
+            verdict = "no difference"
         print(
             f"BLEU vs baseline: {comparison['baseline']:.2f} → {comparison['candidate']:.2f}, "
             f"Δ = {comparison['delta']:+.2f} (95% interval {comparison['ci_low']:+.2f} to "

@@ -65,7 +65,9 @@ class Comparison:
 
     @property
     def significant(self) -> bool:
-        return self.p_value < 0.05
+        # Identical outputs get sacrebleu's smallest p (a zero difference is no chance
+        # result), but there is no difference to call significant.
+        return self.p_value < 0.05 and self.delta != 0
 
 
 def paired_bootstrap(
@@ -78,8 +80,9 @@ def paired_bootstrap(
     """Paired bootstrap resampling of BLEU (Koehn 2004), as sacrebleu's `--paired-bs` runs it.
 
     Both systems are scored on the same resampled sets of sentences, from each sentence's
-    sufficient statistics; the p-value counts resamples whose (centred) difference is at least
-    the observed one, so it matches sacrebleu's PairedTest with the same seed.
+    sufficient statistics; the p-value counts resamples whose (centred) difference exceeds the
+    observed one (`>`, as sacrebleu counts: identical systems get p = 1/(samples + 1)), so it
+    matches sacrebleu's PairedTest with the same seed.
     """
     metric = BLEU()
     refs = [references]
@@ -93,7 +96,7 @@ def paired_bootstrap(
     deltas = cand - base
     observed = abs(cand_score - base_score)
     centred = np.abs(deltas) - np.abs(deltas).mean()
-    p_value = (np.sum(centred >= observed) + 1) / (samples + 1)
+    p_value = (np.sum(centred > observed) + 1) / (samples + 1)
     low, high = np.percentile(deltas, [2.5, 97.5])
     return Comparison(
         base_score,

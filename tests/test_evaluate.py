@@ -50,6 +50,20 @@ def test_a_clear_drop_is_significant_and_a_tie_is_not():
     assert same.delta == 0 and not same.significant
 
 
+def test_identical_systems_get_sacrebleus_p_of_one_over_samples_plus_one():
+    refs, noisy = _corpus(3, n=100)
+    hyps = noisy(0.2)
+    ours = paired_bootstrap(hyps, hyps, refs, samples=200)
+    _, results = PairedTest(
+        [("baseline", hyps), ("candidate", hyps)],
+        {"BLEU": BLEU()},
+        [refs],
+        test_type="bs",
+        n_samples=200,
+    )()
+    assert ours.p_value == pytest.approx(1 / 201) == pytest.approx(results["BLEU"][1].p_value)
+
+
 def test_scores_carry_bleu_chrf_and_ter_signatures():
     refs, noisy = _corpus(2, n=50)
     s = score(noisy(0.2), refs)
