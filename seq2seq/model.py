@@ -69,12 +69,22 @@ class Dropout(nn.Module):
 
     CPU random numbers are drawn one per element and dominate `nn.Dropout`'s cost there; this
     draws 64-bit words from the same generator and uses each as four 15-bit uniforms, so p is
-    rounded to a multiple of 1/32768. Reproducible under `torch.manual_seed` like any op.
+    rounded to a multiple of 1/32768 (`p_used`), and kept values are scaled by 1/(1 − p_used),
+    which keeps the expectation exact. Reproducible under `torch.manual_seed` like any op.
     """
+
+    LEVELS = 1 << 15
 
     def __init__(self, p: float):
         super().__init__()
         self.p = p
+        # At least one level kept, so the scale stays finite for p just below 1.
+        self._threshold = min(round(p * self.LEVELS), self.LEVELS - 1)
+
+    @property
+    def p_used(self) -> float:
+        """The drop probability the CPU path really applies."""
+        return self._threshold / self.LEVELS
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
@@ -83,8 +93,8 @@ class Dropout(nn.Module):
             return F.dropout(x, self.p, training=True)
         words = torch.empty((x.numel() + 3) // 4, dtype=torch.int64).random_()
         lanes = words.view(torch.int16)[: x.numel()].view(x.shape)
-        keep = (lanes & 0x7FFF) >= round(self.p * 32768)
-        return _MaskedScale.apply(x, keep, 1.0 / (1.0 - self.p))
+        keep = (lanes & (self.LEVELS - 1)) >= self._threshold
+        return _MaskedScale.apply(x, keep, 1.0 / (1.0 - self.p_used))
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

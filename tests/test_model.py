@@ -9,7 +9,7 @@ import torch
 
 from seq2seq.batching import no_peek_mask, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.model import Residual, Transformer, attend, sinusoidal_positions
+from seq2seq.model import Dropout, Residual, Transformer, attend, sinusoidal_positions
 from seq2seq.tokenizer import PAD_ID
 
 VOCAB = 50
@@ -35,17 +35,48 @@ def test_positional_encoding_equals_the_papers_formula():
             assert pe[pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
 
 
-def test_padded_keys_get_exactly_zero_attention_weight():
-    # With one-hot values the attention output *is* the weight matrix, so it can be read off.
-    batch, heads, length = 2, 3, 6
-    q = torch.randn(batch, heads, length, 8)
-    k = torch.randn(batch, heads, length, 8)
-    v = torch.eye(length).expand(batch, heads, length, length)
-    ids = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])
-    weights = attend(q, k, v, padding_mask(ids)[:, None, None, :])
-    assert torch.all(weights[1, :, :, 3:] == 0.0)
-    assert torch.allclose(weights.sum(-1), torch.ones(batch, heads, length))
-    assert torch.all(weights[1, :, :, :3] > 0)
+def test_padded_keys_get_exactly_zero_attention_weight(tiny_model_config, monkeypatch):
+    # Every attention call the model makes, with the mask the model itself built, is run again
+    # with one-hot values: the output of that run *is* its weight matrix.
+    import seq2seq.model as model_module
+
+    real_attend, calls = model_module.attend, []
+
+    def recording(q, k, v, mask, dropout=0.0, causal=False):
+        eye = torch.eye(k.size(2)).expand(*k.shape[:2], -1, -1)
+        calls.append((k.size(2), real_attend(q, k, eye, mask, 0.0, causal)))
+        return real_attend(q, k, v, mask, dropout, causal)
+
+    monkeypatch.setattr(model_module, "attend", recording)
+    model = _model(tiny_model_config)
+    src = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])  # the second sentence has 3 padded positions
+    tgt = _ids([1, 10, 11, 12], [1, 13])
+    model(src, tgt, padding_mask(src), no_peek_mask(tgt))
+    layers = tiny_model_config.encoder_layers + 2 * tiny_model_config.decoder_layers
+    assert len(calls) == layers
+    over_source = [w for keys, w in calls if keys == src.size(1)]  # encoder and cross-attention
+    assert len(over_source) == tiny_model_config.encoder_layers + tiny_model_config.decoder_layers
+    for weights in over_source:
+        assert torch.all(weights[1, :, :, 3:] == 0.0)  # exactly zero, not merely small
+        assert torch.all(weights[1, :, :, :3] > 0)
+        assert torch.allclose(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+
+
+def test_what_padded_source_positions_hold_cannot_change_real_outputs(tiny_model_config):
+    model = _model(tiny_model_config)
+    src = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])
+    tgt = _ids([1, 10, 11, 12], [1, 13, 14, 15])  # no target padding: only the source's
+
+    def outputs():
+        memory = model.encode(src, padding_mask(src))
+        states = model.decoder_states(tgt, memory, padding_mask(src), no_peek_mask(tgt))
+        return memory[1, :3], states
+
+    before = outputs()
+    with torch.no_grad():  # the padding embedding, normally zero, becomes large and random
+        model.src_embed.weight[PAD_ID] = torch.randn(tiny_model_config.d_model) * 100
+    after = outputs()
+    assert torch.equal(before[0], after[0]) and torch.equal(before[1], after[1])
 
 
 def test_no_peek_mask_hides_future_and_padded_target_tokens():
@@ -192,3 +223,38 @@ def test_a_kept_and_reordered_cache_continues_the_selected_sentences(tiny_model_
     memory = model.encode(flipped, padding_mask(flipped))
     states = model.decoder_states(prefix, memory, padding_mask(flipped), no_peek_mask(prefix))
     assert torch.allclose(got, model.logits(states)[:, -1], atol=1e-5)
+
+
+@pytest.mark.parametrize("p", [0.1, 0.3, 0.123457])
+def test_cpu_dropout_keeps_one_minus_p_and_scales_kept_values_to_an_unbiased_mean(p):
+    drop = Dropout(p).train()
+    assert abs(drop.p_used - p) <= 0.5 / Dropout.LEVELS
+    x = torch.rand(1_000_000) + 0.5
+    y = drop(x)
+    kept = y != 0
+    # Binomial: the keep rate is within 5 standard deviations of 1 - p.
+    n = x.numel()
+    assert abs(kept.float().mean().item() - (1 - p)) < 5 * math.sqrt(p * (1 - p) / n)
+    # Every kept value is the input times exactly 1/(1 - p_used), the probability applied.
+    assert torch.equal(y[kept], x[kept] * (1.0 / (1.0 - drop.p_used)))
+    # So E[y] = x: over many draws of one input the mean output is the input.
+    ones = torch.ones(4_000_000)
+    assert drop(ones).double().mean().item() == pytest.approx(1.0, abs=3e-3)
+
+
+def test_cpu_dropout_gradient_uses_the_same_mask_and_scale():
+    drop = Dropout(0.25).train()
+    x = torch.rand(10_000, requires_grad=True)
+    y = drop(x)
+    y.sum().backward()
+    scale = 1.0 / (1.0 - drop.p_used)
+    assert torch.equal(x.grad, (y != 0).float() * scale)
+
+
+def test_dropout_is_the_identity_in_eval_mode_and_at_p_zero():
+    x = torch.rand(100)
+    assert drop_is_identity(Dropout(0.5).eval(), x) and drop_is_identity(Dropout(0.0).train(), x)
+
+
+def drop_is_identity(drop: Dropout, x: torch.Tensor) -> bool:
+    return drop(x) is x
