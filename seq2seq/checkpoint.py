@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,18 +121,38 @@ def best_or_latest(run_dir: Path) -> Path | None:
 
 def prune(run_dir: Path, keep_last: int) -> None:
     """Delete all but the newest `keep_last` step checkpoints (the best one is separate), and
-    what a killed writer left behind: temporary files, a state without its weights (one
-    process writes, and it is done)."""
+    what a killed writer left behind (see `remove_debris`)."""
     for ckpt in list_checkpoints(run_dir)[:-keep_last]:
         ckpt.weights.unlink(missing_ok=True)
         if ckpt.state is not None:
             ckpt.state.unlink(missing_ok=True)
+    remove_debris(run_dir)
+
+
+# Temporaries of a run's own writers: `.NAME.tmp` (files.atomic_write), `.tmpXXXXXX` (safetensors
+# writes through a temporary file beside its target) and `.spm-train-*` (tokenizer training).
+_DEBRIS = {".": (".*.tmp",), CHECKPOINT_DIR: (".*.tmp", ".tmp*"), "tokenizer": (".spm-train-*",)}
+
+
+def remove_debris(run_dir: Path) -> list[Path]:
+    """Remove what a killed writer of this run left: its temporary files (for a big model each is
+    gigabytes) and a step's trainer state without its weights. Call it when no writer of this
+    run is alive (at start-up, and after each save: one process writes)."""
+    removed = []
+    for folder, patterns in _DEBRIS.items():
+        for pattern in patterns:
+            for path in (Path(run_dir) / folder).glob(pattern):
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    path.unlink(missing_ok=True)
+                removed.append(path)
     folder = checkpoint_dir(run_dir)
-    for tmp in folder.glob(".*.tmp"):
-        tmp.unlink(missing_ok=True)
     for state in folder.glob("step_*.state.pt"):
         if not state.with_name(state.name.replace(".state.pt", ".safetensors")).is_file():
             state.unlink(missing_ok=True)
+            removed.append(state)
+    return removed
 
 
 def load_weights(model: nn.Module, path: Path) -> None:

@@ -111,6 +111,13 @@ def train(
     resume: Annotated[
         bool, typer.Option(help="Continue from the run directory's latest checkpoint.")
     ] = False,
+    reset_dataloader: Annotated[
+        bool,
+        typer.Option(
+            help="With --resume: restart the current epoch's batches (allows changing "
+            "train.max_tokens, update_freq, seed or the training data)."
+        ),
+    ] = False,
     dry_run: Annotated[
         bool, typer.Option(help="Validate the config, build the model, print its size; no data.")
     ] = False,
@@ -135,7 +142,14 @@ def train(
 
     from .trainer import train as run_training
 
-    state = run_training(cfg, resume=resume, progress=not _options(ctx).get("quiet"))
+    if reset_dataloader and not resume:
+        raise UserError("--reset-dataloader only applies with --resume")
+    state = run_training(
+        cfg,
+        resume=resume,
+        progress=not _options(ctx).get("quiet"),
+        reset_dataloader=reset_dataloader,
+    )
     best = f", best valid BLEU {state.best_bleu:.2f}" if state.best_bleu is not None else ""
     if state.stopped_by is not None:
         print(f"stopped by {state.stopped_by} at step {state.step}; resume with --resume")

@@ -198,7 +198,12 @@ class DecodeConfig(_Strict):
 
     beam_size: PositiveInt = Field(4, description="Beam width; 1 is greedy search (§6.1: 4).")
     length_penalty: Annotated[float, Field(ge=0.0)] = Field(
-        0.6, description="α of GNMT's ((5+len)/6)^α that scores are divided by (§6.1: 0.6)."
+        0.6, description="α of the length penalty that scores are divided by (§6.1: 0.6)."
+    )
+    length_norm: Literal["gnmt", "length"] = Field(
+        "gnmt",
+        description="How scores are divided by length: `gnmt` ((5+len)/6)^α, the paper's; "
+        "`length` len^α, as fairseq, Hugging Face and Marian.",
     )
     nbest: PositiveInt = Field(1, description="Hypotheses returned per sentence (≤ beam_size).")
 
@@ -235,10 +240,10 @@ class Config(_Strict):
                 f"data.max_len ({self.data.max_len}) + 1 must not exceed model.max_positions "
                 f"({self.model.max_positions})"
             )
-        if self.data.max_len > self.train.max_tokens:
+        if self.data.max_len + 1 > self.train.max_tokens:
             raise ValueError(
-                f"data.max_len ({self.data.max_len}) must not exceed train.max_tokens "
-                f"({self.train.max_tokens}): a longest pair must fit in a batch"
+                f"data.max_len ({self.data.max_len}) + 1 must not exceed train.max_tokens "
+                f"({self.train.max_tokens}): a longest pair (with EOS) must fit in a batch"
             )
         return self
 

@@ -9,10 +9,9 @@ from typing import Any
 from .checkpoint import BEST, checkpoint_dir, list_checkpoints
 from .config import load_run_config
 from .model import count_parameters
+from .runlog import METRICS_NAME
 from .tokenizer import load_tokenizer
 from .translator import build_model
-
-METRICS_NAME = "metrics.jsonl"
 
 
 def best_validation(run_dir: Path) -> dict[str, Any] | None:

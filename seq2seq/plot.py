@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 
 from .errors import UserError
-
-METRICS_NAME = "metrics.jsonl"
+from .runlog import METRICS_NAME
 
 
 def _pyplot():

@@ -23,3 +23,12 @@ def inverse_sqrt_scheduler(optimizer: torch.optim.Optimizer, warmup: int) -> Lam
     """LambdaLR whose k-th optimizer step uses `inverse_sqrt(k)` × the peak rate."""
     # LambdaLR evaluates the lambda at 0 before the first step, so shift by one.
     return LambdaLR(optimizer, lambda epoch: inverse_sqrt(epoch + 1, warmup))
+
+
+def set_peak_lr(scheduler: LambdaLR, lr: float) -> None:
+    """Make `lr` the schedule's peak from the scheduler's current step on (a resumed run)."""
+    scheduler.base_lrs = [lr] * len(scheduler.optimizer.param_groups)
+    rates = [lr * f(scheduler.last_epoch) for f in scheduler.lr_lambdas]
+    for group, rate in zip(scheduler.optimizer.param_groups, rates):
+        group["lr"] = rate
+    scheduler._last_lr = rates

@@ -1,4 +1,9 @@
-"""Decoding with the incremental (KV-cached) decoder: greedy search and batched beam search."""
+"""Decoding with the incremental (KV-cached) decoder: greedy search and batched beam search.
+
+Both keep their state on the device and read back one thing per step, which sentences are still
+decoding (to drop the finished ones from the batch), so a GPU waits for the host at most once a
+step.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,15 @@ from .model import DecoderCache, Transformer
 from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 NEVER_GENERATED = [PAD_ID, BOS_ID]
+LENGTH_NORMS = ("gnmt", "length")
+
+
+class SearchError(ValueError):
+    """Search found no hypothesis for a sentence: the model's scores were not finite."""
+
+    def __init__(self, sentences: list[int]):
+        super().__init__(f"no finite-scored hypothesis for sentence(s) {sentences}")
+        self.sentences = sentences
 
 
 @dataclass
@@ -22,9 +36,17 @@ class Hypothesis:
     log_prob: float  # sum of the token log-probabilities, EOS included
 
 
-def length_penalty(length: int, alpha: float) -> float:
-    """GNMT's lp(Y) = ((5 + |Y|) / 6)^α (Wu et al. 2016, §7); |Y| counts EOS."""
-    return ((5 + length) / 6) ** alpha
+def length_penalty(length, alpha: float, norm: str = "gnmt"):
+    """The divisor of a hypothesis's log-probability; `length` |Y| counts EOS.
+
+    `gnmt`: ((5 + |Y|) / 6)^α, GNMT's (Wu et al. 2016, §7), which the paper uses (§6.1);
+    `length`: |Y|^α, as fairseq, Hugging Face `generate` and Marian's `--normalize` divide.
+    """
+    if norm == "gnmt":
+        return ((5 + length) / 6) ** alpha
+    if norm == "length":
+        return length**alpha
+    raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, not {norm!r}")
 
 
 def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> torch.Tensor:
@@ -54,6 +76,11 @@ def _next_token_scores(
     return logits, norm
 
 
+def _still_decoding(done: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows not done: the step's one read-back from the device."""
+    return (~done).nonzero().squeeze(1)
+
+
 @torch.inference_mode()
 def greedy(
     model: Transformer,
@@ -62,6 +89,7 @@ def greedy(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     alpha: float = 0.0,
+    length_norm: str = "gnmt",
 ) -> list[Hypothesis]:
     """The most probable next token at every step, one hypothesis per sentence."""
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b)
@@ -78,17 +106,21 @@ def greedy(
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == EOS_ID
-        if bool(ended.any()):
-            lengths[alive[ended]] = t + 1
-            keep = (~ended).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
+        lengths[alive] = torch.where(ended, t + 1, lengths[alive])
+        keep = _still_decoding(ended)
+        if keep.numel() == 0:
+            break
+        if keep.numel() < alive.numel():
             cache.keep(keep)
             alive, next_ids = alive[keep], next_ids[keep]
         ids = next_ids
-    out = []
-    for row, length, lp in zip(tokens.tolist(), lengths.tolist(), log_prob.tolist()):
-        out.append(Hypothesis(row[: length - 1], lp / length_penalty(length, alpha), lp))
+    out = [
+        Hypothesis(row[: length - 1], lp / length_penalty(length, alpha, length_norm), lp)
+        for row, length, lp in zip(tokens.tolist(), lengths.tolist(), log_prob.tolist())
+    ]
+    bad = [i for i, h in enumerate(out) if not math.isfinite(h.log_prob)]
+    if bad:
+        raise SearchError(bad)
     return out
 
 
@@ -102,108 +134,106 @@ def beam_search(
     max_len_b: int = 50,
     alpha: float = 0.6,
     nbest: int = 1,
+    length_norm: str = "gnmt",
 ) -> list[list[Hypothesis]]:
-    """Batched beam search: the `nbest` best hypotheses of each sentence, best first.
+    """Batched beam search as fairseq and Hugging Face `generate` run it; the `nbest` best
+    hypotheses of each sentence, best first.
 
-    All sentences and their beams decode as one [sentences × beam] batch. A hypothesis that ends
-    takes one of its sentence's `beam` slots for good, so beam 1 is exactly greedy search. A
-    sentence stops when no open beam can still beat its n-th best finished hypothesis: with
-    log-probabilities ≤ 0, an open beam's best possible score is its current log-probability
-    over the length penalty at the length cap. One slot always follows the greedy path (the
-    argmax continuation of the greedy prefix), so beam search never returns a lower model score
-    than greedy search on the same input.
+    All sentences and their beams decode as one [sentences × beam] batch. Each step ranks the
+    2k best continuations of a sentence's k open hypotheses: those that end (EOS) within the
+    first k are finished, and the best k that do not end go on, so the beam stays k wide. A
+    sentence stops once it has k finished hypotheses (fairseq; HF's `early_stopping=True`), or
+    at its length cap, where every open hypothesis must end. Beam 1 is exactly greedy search.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+    length_penalty(1, alpha, length_norm)  # reject an unknown norm before any work
     device = src.device
     batch, k = src.size(0), beam
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
-    finished: list[list[Hypothesis]] = [[] for _ in range(batch)]
+    steps = int(limits.max())
+    # Finished hypotheses by original sentence: k slots, and a scratch slot k where the writes
+    # of candidates that do not finish go (a scatter cannot skip elements).
+    done_score = torch.full((batch, k + 1), -math.inf, device=device)
+    done_log_prob = torch.zeros(batch, k + 1, device=device)
+    done_tokens = torch.zeros(batch, k + 1, steps, dtype=torch.long, device=device)
+    done_count = torch.zeros(batch, dtype=torch.long, device=device)
+    done_length = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+
     active = torch.arange(batch, device=device)  # sentences still searching, by original index
     scores = torch.full((batch, k), -math.inf, device=device)  # log-probs of the open beams
-    scores[:, 0] = 0.0  # one start hypothesis, so the first step's k picks are all distinct
-    open_slots = torch.full((batch,), k, device=device)  # k minus hypotheses already finished
-    greedy_slot = torch.zeros(batch, dtype=torch.long, device=device)  # -1: greedy has ended
-    prefixes = torch.empty(batch * k, 0, dtype=torch.long, device=device)
+    scores[:, 0] = 0.0  # one start hypothesis, so the first step's picks are all distinct
+    history = torch.empty(batch * k, 0, dtype=torch.long, device=device)  # open beams' tokens
     ids = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
-    slots = torch.arange(k, device=device)
-    for t in range(int(limits.max())):
+    for t in range(steps):
         n = active.numel()
         logits, norm = _next_token_scores(model, ids, cache)
-        vocab = logits.size(-1)
-        # The best k of a sentence's k·V continuations are among each beam's own best k.
-        per_row = min(k, vocab)
-        row_best, row_token = logits.topk(per_row, dim=-1)  # sorted, best first
-        row_best = (row_best - norm.unsqueeze(1)).view(n, k, per_row)
-        row_token = row_token.view(n, k, per_row)
-        at_cap = t + 1 >= limits[active]
-        if bool(at_cap.any()):  # sentences at their length cap may only end
-            eos = (logits[:, EOS_ID] - norm).view(n, k)
-            row_best[at_cap] = -math.inf
-            row_best[at_cap, :, 0] = eos[at_cap]
-            row_token[at_cap] = EOS_ID
-        candidates = (scores.unsqueeze(2) + row_best).view(n, k * per_row)
-        top_scores, pick = candidates.topk(k, dim=1)
-        top = (pick // per_row) * vocab + row_token.view(n, k * per_row).gather(1, pick)
-        allowed = slots.unsqueeze(0) < open_slots.unsqueeze(1)
+        # The best 2k of a sentence's k·V continuations are among each beam's own best 2k.
+        width = min(2 * k, logits.size(-1))
+        row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first
+        row_best = (row_best - norm.unsqueeze(1)).view(n, k, width)
+        row_token = row_token.view(n, k, width)
+        # A sentence at its length cap may only end: each beam's one candidate is EOS.
+        at_cap = (t + 1 >= limits[active]).view(n, 1, 1)
+        eos = (logits[:, EOS_ID] - norm).view(n, k, 1)
+        only_eos = torch.where(torch.arange(width, device=device) == 0, eos, -math.inf)
+        row_best = torch.where(at_cap, only_eos, row_best)
+        row_token = torch.where(at_cap, EOS_ID, row_token)
 
-        # Keep the greedy continuation among the picks, in the last allowed slot if need be.
-        rows = torch.arange(n, device=device)
-        g_slot = greedy_slot.clamp(min=0)
-        g_pick = g_slot * vocab + row_token[rows, g_slot, 0]  # a beam's best token
-        missing = (greedy_slot >= 0) & ~((top == g_pick.unsqueeze(1)) & allowed).any(dim=1)
-        if bool(missing.any()):
-            last = (open_slots[missing] - 1).clamp(min=0)
-            top[missing, last] = g_pick[missing]
-            top_scores[missing, last] = (
-                scores[missing, g_slot[missing]] + row_best[missing, g_slot[missing], 0]
-            )
+        candidates = (scores.unsqueeze(2) + row_best).view(n, k * width)
+        top_scores, pick = candidates.topk(min(2 * k, k * width), dim=1)
+        origin = pick // width  # the beam each candidate continues
+        token = row_token.view(n, k * width).gather(1, pick)
+        ends = token == EOS_ID
+        source_rows = torch.arange(n, device=device).unsqueeze(1) * k + origin
 
-        valid = allowed & (top_scores > -math.inf)
-        origin, token = top // vocab, top % vocab
-        ended = valid & (token == EOS_ID)
-        is_greedy = valid & (top == g_pick.unsqueeze(1)) & (greedy_slot >= 0).unsqueeze(1)
-        greedy_slot = torch.where(
-            (is_greedy & ~ended).any(dim=1), (is_greedy & ~ended).int().argmax(dim=1), -1
+        # Finish the ending candidates among the first k, while the sentence has free slots.
+        first_k = torch.arange(top_scores.size(1), device=device) < k
+        finish = ends & first_k & (top_scores > -math.inf)
+        slot = done_count[active].unsqueeze(1) + finish.cumsum(dim=1) - 1
+        finish &= slot < k
+        slot = torch.where(finish, slot, k)
+        sentence = active.unsqueeze(1).expand_as(slot)
+        done_score[sentence, slot] = top_scores / length_penalty(t + 1, alpha, length_norm)
+        done_log_prob[sentence, slot] = top_scores
+        done_length[sentence, slot] = t + 1
+        if t:  # the finished prefixes (EOS is implied by the length)
+            prefixes = history[source_rows.view(-1)].view(n, -1, t)
+            done_tokens[:, :, :t].index_put_((sentence, slot), prefixes)
+        done_count[active] += finish.sum(dim=1)
+
+        # The best k candidates that do not end go on (stable: in score order).
+        go = ends.to(torch.int8).argsort(dim=1, stable=True)[:, :k]
+        scores = torch.where(ends.gather(1, go), -math.inf, top_scores.gather(1, go))
+        rows = source_rows.gather(1, go).view(-1)
+        ids = token.gather(1, go).view(-1)
+        history = torch.cat([history[rows], ids.unsqueeze(1)], dim=1)
+        cache.reorder(rows)
+
+        done = (
+            (done_count[active] >= k) | (t + 1 >= limits[active]) | ~(scores > -math.inf).any(dim=1)
         )
-        source_rows = (rows.unsqueeze(1) * k + origin).view(-1)
-        if bool(ended.any()):
-            length = t + 1
-            lp = length_penalty(length, alpha)
-            ii, jj = ended.nonzero(as_tuple=True)
-            ends = prefixes[source_rows.view(n, k)[ii, jj]].tolist()
-            for i, raw, toks in zip(ii.tolist(), top_scores[ii, jj].tolist(), ends):
-                finished[int(active[i])].append(Hypothesis(toks, raw / lp, raw))
-            open_slots = open_slots - ended.sum(dim=1)
-
-        scores = torch.where(valid & ~ended, top_scores, -math.inf)
-        prefixes = torch.cat([prefixes[source_rows], token.view(-1, 1)], dim=1)
-        cache.reorder(source_rows)
-        ids = token.view(-1)
-
-        done = _done(scores, open_slots, finished, active, limits, alpha, nbest)
-        if bool(done.any()):
-            keep = (~done).nonzero().squeeze(1)
-            if keep.numel() == 0:
-                break
-            keep_rows = (keep.unsqueeze(1) * k + slots).view(-1)
-            active, scores, open_slots = active[keep], scores[keep], open_slots[keep]
-            greedy_slot, prefixes, ids = greedy_slot[keep], prefixes[keep_rows], ids[keep_rows]
+        keep = _still_decoding(done)
+        if keep.numel() == 0:
+            break
+        if keep.numel() < n:
+            keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
+            active, scores = active[keep], scores[keep]
+            history, ids = history[keep_rows], ids[keep_rows]
             cache.keep(keep)
-    return [sorted(h, key=lambda x: x.score, reverse=True)[:nbest] for h in finished]
+    return _ranked(done_count, done_score, done_log_prob, done_length, done_tokens, nbest)
 
 
-def _done(scores, open_slots, finished, active, limits, alpha, nbest) -> torch.Tensor:
-    """Which sentences can stop: no open beam left, or none that can beat the n-th best."""
-    no_open = (open_slots <= 0) | ~torch.isfinite(scores).any(dim=1)
-    best_open = scores.max(dim=1).values.tolist()
-    done = no_open.tolist()
-    for i, sentence in enumerate(active.tolist()):
-        kept = finished[sentence]
-        if done[i] or len(kept) < nbest:
-            continue
-        nth = sorted((h.score for h in kept), reverse=True)[nbest - 1]
-        # The longest an open beam may grow is the cap, where the penalty divides the most.
-        bound = best_open[i] / length_penalty(int(limits[sentence]), alpha)
-        done[i] = bound <= nth
-    return torch.tensor(done, device=scores.device)
+def _ranked(count, score, log_prob, length, tokens, nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's finished hypotheses, best first, `nbest` of them (one device read)."""
+    out, empty = [], []
+    rows = zip(count.tolist(), score.tolist(), log_prob.tolist(), length.tolist(), tokens.tolist())
+    for i, (n, s, lp, lengths, toks) in enumerate(rows):
+        hyps = [Hypothesis(toks[j][: lengths[j] - 1], s[j], lp[j]) for j in range(n)]
+        hyps.sort(key=lambda h: h.score, reverse=True)
+        out.append(hyps[:nbest])
+        if not hyps:
+            empty.append(i)
+    if empty:
+        raise SearchError(empty)
+    return out

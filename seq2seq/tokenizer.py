@@ -115,7 +115,7 @@ def _chain(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:
 
 def _train(cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int) -> None:
     # Train into a temporary prefix and move into place, so a crash never leaves half a model.
-    with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=".spm-train-", dir=out.parent) as tmp:
         prefix = os.path.join(tmp, "spm")
         try:
             spm.SentencePieceTrainer.train(

@@ -4,13 +4,9 @@ in one process or in each of the processes `torchrun` starts."""
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import resource
-import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -30,17 +26,16 @@ from .checkpoint import load_state, load_weights, prune, save_best, save_checkpo
 from .config import Config
 from .data import Prepared, lengths, prepare_data
 from .errors import UserError
-from .files import atomic_write_text
 from .loss import TranslationLoss, label_smoothed_loss
 from .model import count_parameters
 from .rundir import prepare_run_dir
+from .runlog import MetricsLog, json_number, memory
 from .runtime import autocast_dtype, fast_math, resolve_device, set_threads
-from .schedule import inverse_sqrt_scheduler
+from .schedule import inverse_sqrt_scheduler, set_peak_lr
+from .stopping import StopRequests
 from .translator import Translator, build_model
 
 log = logging.getLogger(__name__)
-
-METRICS_NAME = "metrics.jsonl"
 
 
 @dataclass
@@ -56,26 +51,39 @@ class TrainState:
     stopped_by: str | None = field(default=None, compare=False)  # signal name, if any
 
 
-def train(cfg: Config, resume: bool = False, progress: bool = True) -> TrainState:
-    """Train the model a config describes into its run directory; return the final state."""
+def train(
+    cfg: Config, resume: bool = False, progress: bool = True, reset_dataloader: bool = False
+) -> TrainState:
+    """Train the model a config describes into its run directory; return the final state.
+
+    `reset_dataloader`: a resumed run restarts its current epoch's batches from the first
+    (needed to change a setting that reorders them, such as `train.max_tokens`).
+    """
     info = distributed.from_env()
     device = distributed.device_for(info, resolve_device(cfg.train.device))
     distributed.setup(info, device)
     try:
-        return _train(cfg, resume, progress and info.is_main, info, device)
+        return _train(cfg, resume, progress and info.is_main, info, device, reset_dataloader)
     finally:
         distributed.teardown(info)
 
 
 def _train(
-    cfg: Config, resume: bool, progress: bool, info: distributed.Dist, device: torch.device
+    cfg: Config,
+    resume: bool,
+    progress: bool,
+    info: distributed.Dist,
+    device: torch.device,
+    reset_dataloader: bool,
 ) -> TrainState:
     tc = cfg.train
     amp_dtype = autocast_dtype(device, tc.precision)
     fast_math(device)
     set_threads(tc.threads)
     with distributed.main_first(info):
-        latest, reuse_tokenizer = prepare_run_dir(cfg, resume, write=info.is_main)
+        latest, reuse_tokenizer, changes = prepare_run_dir(
+            cfg, resume, write=info.is_main, reset_dataloader=reset_dataloader
+        )
         torch.manual_seed(tc.seed)
         # Other ranks load what rank 0 has just trained and cached.
         data = prepare_data(cfg, reuse_tokenizer or not info.is_main)
@@ -101,7 +109,8 @@ def _train(
         try:
             optimizer.load_state_dict(saved["optimizer"])
             scheduler.load_state_dict(saved["scheduler"])
-            scaler.load_state_dict(saved["scaler"])
+            if saved["scaler"] and scaler.is_enabled():  # empty when saved without fp16
+                scaler.load_state_dict(saved["scaler"])
             state = TrainState(**saved["train"])
             _set_rng_state(saved["rng"], info)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
@@ -109,8 +118,19 @@ def _train(
                 f"{latest.state} is not a trainer state that can be resumed: {e}"
             ) from None
         log.info("resumed from %s (step %d)", latest.weights, state.step)
-    if info.is_main:
-        _truncate_metrics(Path(cfg.run_dir) / METRICS_NAME, state if latest else None)
+        # The config wins over the saved hyperparameters; Adam's moments carry on.
+        _apply_optimizer_settings(optimizer, scheduler, tc)
+    metrics = MetricsLog(cfg.run_dir, tc.tensorboard, enabled=info.is_main)
+    metrics.truncate(
+        (state.step, state.epoch, state.batch_in_epoch) if latest is not None else None
+    )
+    for change in changes:
+        log.info("resumed with %s = %s (was %s)", change.key, change.new, change.old)
+        metrics.write(state.step, change.record())
+    if latest is not None and reset_dataloader:
+        log.info("--reset-dataloader: epoch %d restarts from its first batch", state.epoch + 1)
+        metrics.write(state.step, {"event": "reset_dataloader", "epoch": state.epoch})
+        state.batch_in_epoch = 0
 
     log.info(
         "model: %s parameters; device %s%s%s",
@@ -130,13 +150,20 @@ def _train(
         # so bucketed, variable-length batches cost a bounded number of recompiles.
         net = torch.compile(net)
     loop = _Loop(
-        cfg, model, net, optimizer, scheduler, scaler, data, device, amp_dtype, state, info
+        cfg, model, net, optimizer, scheduler, scaler, data, device, amp_dtype, state, info, metrics
     )
     if latest is None:  # a resumed run's log holds this record already
         # Its own split: readers of "train" records expect loss and lr in them.
-        loop._write_metrics({"split": "data", **{k: r.record() for k, r in data.reports.items()}})
+        metrics.write(0, {"split": "data", **{k: r.record() for k, r in data.reports.items()}})
     loop.run(progress)
     return loop.state
+
+
+def _apply_optimizer_settings(optimizer: torch.optim.Optimizer, scheduler, tc) -> None:
+    """Adam's hyperparameters and the schedule's peak rate as the config says them."""
+    for group in optimizer.param_groups:
+        group.update(betas=tuple(tc.betas), eps=tc.eps, weight_decay=tc.weight_decay)
+    set_peak_lr(scheduler, tc.lr)
 
 
 class _Loop:
@@ -155,6 +182,7 @@ class _Loop:
         amp_dtype,
         state: TrainState,
         info: distributed.Dist,
+        metrics: MetricsLog,
     ):
         self.cfg, self.tc = cfg, cfg.train
         self.model, self.net = model, net
@@ -167,31 +195,28 @@ class _Loop:
             info,
         )
         self.run_dir = Path(cfg.run_dir)
-        self.metrics_path = self.run_dir / METRICS_NAME
+        self.metrics = metrics
         # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost.
         greedy = cfg.decode.model_copy(update={"beam_size": 1, "nbest": 1})
         self.translator = Translator(model, data.tokenizer, greedy, device, amp_dtype)
-        self.src_lens, self.tgt_lens = lengths(data.train)
+        self.src_lens, self.tgt_lens = lengths(data.train)  # tgt_len: target tokens + EOS
         self.token_ds = data.train.select_columns(["src_ids", "tgt_ids"])
         cuda = device.type == "cuda"
         self.workers = self.tc.num_workers if self.tc.num_workers is not None else int(cuda)
         self.pin = cuda
-        self.tb = _tensorboard(self.run_dir) if self.tc.tensorboard and info.is_main else None
         # Log-window accumulators stay on the device so an update never waits for a .item().
         self._window_loss = torch.zeros((), dtype=torch.float64, device=device)
         self._window_tokens = 0.0  # global, all processes
         self._window_local_tokens = 0
         self._window_start = time.perf_counter()
         self._grad_norm = torch.zeros((), device=device)
+        self._lr = 0.0  # the rate the last update used
         # A resumed run starts at a saved (and, if it was the last step, validated) step.
         self._last_eval_step = self._last_save_step = state.step if state.step else -1
-        self._signal: int | None = None
+        self.stopping = StopRequests(self.tc.max_minutes)
         # Skipped updates in a row, and whether a loss or a gradient made them non-finite.
         self._nonfinite = 0
         self._nonfinite_kinds: set[str] = set()
-        self._deadline = (
-            time.monotonic() + self.tc.max_minutes * 60 if self.tc.max_minutes else math.inf
-        )
 
     def _autocast(self):
         if self.amp_dtype is None:
@@ -201,6 +226,11 @@ class _Loop:
     # ------------------------------------------------------------------ the loop
 
     def run(self, progress: bool = True) -> None:
+        """Train to the end (max_steps, max_epochs, early stop), a signal or the time budget."""
+        with self.stopping.catching_signals():
+            self._run(progress)
+
+    def _run(self, progress: bool) -> None:
         st, tc = self.state, self.tc
         bar = tqdm(
             total=tc.max_steps,
@@ -213,16 +243,15 @@ class _Loop:
             disable=not progress,
         )
         self.model.train()
-        handlers = self._catch_signals()
         stop = st.step >= tc.max_steps
         try:
             updates = self._updates()
             while not stop:
-                micro = next(updates, None)
-                if micro is None:
+                update = next(updates, None)
+                if update is None:
                     break  # max_epochs reached
                 step = st.step
-                stop = self._update(micro)
+                stop = self._update(*update)
                 if st.step == step:
                     continue  # skipped: no new step to log, validate or save
                 bar.update(1)
@@ -235,15 +264,13 @@ class _Loop:
                 stop = stop or st.step >= tc.max_steps
         finally:
             bar.close()
-            for signum, handler in handlers.items():
-                signal.signal(signum, handler)
         if self._nonfinite >= tc.max_nonfinite:
             # Skipped updates changed neither weights nor optimizer: this is the last good state
             # (with the data position past the batches that failed).
             self._save()
             raise self._nonfinite_error()
-        if self._signal is not None:
-            st.stopped_by = signal.Signals(self._signal).name
+        if self.stopping.signal is not None:
+            st.stopped_by = self.stopping.signal_name
             if self._last_save_step != st.step:
                 self._save()
             log.info(
@@ -258,8 +285,10 @@ class _Loop:
             self._save()
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 
-    def _updates(self) -> Iterator[list[Batch]]:
-        """This process's micro-batches for each update, from the saved data position on."""
+    def _updates(self) -> Iterator[tuple[list[Batch], int]]:
+        """This process's micro-batches for each update, from the saved data position on, with
+        the target tokens of the whole update (every process's batches): the loss is a mean
+        over them. Batches are a pure function of the lengths, so no process need ask."""
         st, tc, info = self.state, self.tc, self.info
         while tc.max_epochs is None or st.epoch < tc.max_epochs:
             batches = epoch_batches(self.src_lens, self.tgt_lens, tc.max_tokens, tc.seed, st.epoch)
@@ -275,22 +304,19 @@ class _Loop:
             )
             mine = [batches[i] for _, indices in groups for i in indices]
             batch_iter = iter(loader(self.token_ds, mine, self.workers, self.pin))
+            first = st.batch_in_epoch
             for end, indices in groups:
                 micro = [next(batch_iter) for _ in indices]
-                st.batch_in_epoch = end
-                yield micro
+                tokens = sum(int(self.tgt_lens[b].sum()) for b in batches[first:end])
+                st.batch_in_epoch = first = end
+                yield micro, tokens
             st.epoch += 1
             st.batch_in_epoch = 0
 
-    def _update(self, micro: list[Batch]) -> bool:
+    def _update(self, micro: list[Batch], global_tokens: int) -> bool:
         """One optimizer step over this process's micro-batches (none if the loss or gradient is
-        not finite); True when training must stop."""
+        not finite); True when training must stop after it."""
         local_tokens = sum(b.ntokens for b in micro)
-        # One small collective a step: the global target-token count (the loss is a mean over
-        # every token of the update, whichever process saw it) and whether any process must stop.
-        global_tokens, stop = distributed.all_sum(
-            [local_tokens, float(self._must_stop())], self.info, self.device
-        )
         # DDP averages gradients over processes; scale so the result is the global token mean.
         loss = accumulate_gradients(
             self.net,
@@ -309,11 +335,13 @@ class _Loop:
         norm = grad_norm.item()
         if not math.isfinite(norm):
             self._skip(loss, norm, global_tokens)
-            return stop > 0 or self._nonfinite >= self.tc.max_nonfinite
+            stop = self._nonfinite >= self.tc.max_nonfinite
+            return self.stopping.agreed(self.info, self.device) or stop
         self._nonfinite = 0
         self._nonfinite_kinds.clear()
         self._window_loss += loss
         self._grad_norm = grad_norm
+        self._lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
@@ -321,7 +349,8 @@ class _Loop:
         self.state.step += 1
         self._window_tokens += global_tokens
         self._window_local_tokens += local_tokens
-        return stop > 0
+        # Asked after the update, so a signal or the deadline during it makes it the last.
+        return self.stopping.agreed(self.info, self.device)
 
     def _skip(self, loss: torch.Tensor, grad_norm: float, global_tokens: float) -> None:
         """Drop an update whose gradient is not finite: weights, Adam's moments and the lr
@@ -351,8 +380,8 @@ class _Loop:
         self._write_metrics(
             {
                 "event": "nonfinite",
-                "loss": _json_number(per_token),
-                "grad_norm": _json_number(grad_norm),
+                "loss": json_number(per_token),
+                "grad_norm": json_number(grad_norm),
                 "in_a_row": self._nonfinite,
                 "epoch": st.epoch,
                 "batch_in_epoch": st.batch_in_epoch,
@@ -374,21 +403,6 @@ class _Loop:
             f"(last good state saved at step {step}); {', '.join(fixes)} or check the data"
         )
 
-    def _must_stop(self) -> bool:
-        return self._signal is not None or time.monotonic() > self._deadline
-
-    def _catch_signals(self) -> dict:
-        """SIGINT/SIGTERM finish the current update, save a checkpoint and stop."""
-        if threading.current_thread() is not threading.main_thread():
-            return {}
-
-        def handler(signum, frame):
-            if self._signal is None:
-                log.warning("%s received: stopping after this update", signal.Signals(signum).name)
-            self._signal = signum
-
-        return {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-
     # ------------------------------------------------------------------ logs
 
     def _log_train(self) -> str:
@@ -397,7 +411,7 @@ class _Loop:
             [self._window_loss.item(), self._window_local_tokens], self.info, self.device
         )
         loss = loss_sum / max(self._window_tokens, 1)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = self._lr
         tok_s = self._window_tokens / elapsed if elapsed > 0 else 0.0
         record = {
             "split": "train",
@@ -407,7 +421,7 @@ class _Loop:
             "tokens": self._window_tokens,  # target tokens of this window (all processes)
             "grad_norm": self._grad_norm.item(),
             "epoch": self.state.epoch,
-            **_memory(self.device),
+            **memory(self.device),
         }
         self._write_metrics(record)
         self._window_loss.zero_()
@@ -417,16 +431,7 @@ class _Loop:
         return f"loss={loss:.3f} lr={lr:.2e} tok/s={tok_s:,.0f}"
 
     def _write_metrics(self, record: dict[str, Any]) -> None:
-        if not self.info.is_main:
-            return
-        record = {"step": self.state.step, **record, "time": time.time()}
-        with open(self.metrics_path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
-        if self.tb is not None and "split" in record:
-            for key, value in record.items():
-                if key not in ("step", "split", "time") and isinstance(value, (int, float)):
-                    self.tb.add_scalar(f"{record['split']}/{key}", value, self.state.step)
-            self.tb.flush()
+        self.metrics.write(self.state.step, record)
 
     # ------------------------------------------------------------------ validation, saving
 
@@ -547,11 +552,6 @@ def accumulate_gradients(
     return total
 
 
-def _json_number(x: float) -> float | str:
-    """`x`, or its name ("nan", "inf") where strict JSON has no literal for it."""
-    return x if math.isfinite(x) else str(x)
-
-
 def _without_runtime_fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
     return {k: v for k, v in items if k != "stopped_by"}
 
@@ -581,22 +581,6 @@ def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dic
     }
 
 
-def _memory(device: torch.device) -> dict[str, float]:
-    """Peak memory so far: process RSS, and CUDA allocations on a GPU."""
-    out = {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    if device.type == "cuda":
-        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return out
-
-
-def _tensorboard(run_dir: Path):
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError:  # tensorboard is optional
-        return None
-    return SummaryWriter(str(run_dir / "tensorboard"))
-
-
 def _rng_state() -> dict[str, Any]:
     state = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available():
@@ -617,25 +601,3 @@ def _set_rng_state(saved: list[dict[str, Any]] | dict[str, Any], info: distribut
     torch.set_rng_state(mine["torch"])
     if "cuda" in mine and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(mine["cuda"])
-
-
-def _truncate_metrics(path: Path, state: TrainState | None) -> None:
-    """Drop metrics logged after the checkpoint a run resumes from, or all of them when it starts
-    afresh (a run killed before its first checkpoint): they will be logged again."""
-    if not path.is_file():
-        return
-    if state is None:
-        atomic_write_text(path, "")
-        return
-    saved_at = (state.step, state.epoch, state.batch_in_epoch)
-    keep = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        # A skipped update's record holds the step before it and its own data position.
-        at = (record.get("step", 0), record.get("epoch", -1), record.get("batch_in_epoch", -1))
-        if at[0] <= state.step and ("batch_in_epoch" not in record or at <= saved_at):
-            keep.append(line)
-    atomic_write_text(path, "".join(line + "\n" for line in keep))

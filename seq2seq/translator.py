@@ -14,7 +14,7 @@ from .config import DecodeConfig, ModelConfig, load_run_config, with_changes
 from .errors import UserError
 from .model import Transformer
 from .runtime import autocast_dtype, resolve_device
-from .search import beam_search, greedy
+from .search import SearchError, beam_search, greedy
 from .tokenizer import EOS_ID, Tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,14 @@ class Translator:
         self.model.eval()
         try:
             for chunk in self._batches(ids):
-                results = self._decode_batch([ids[j] for j in chunk])
+                try:
+                    results = self._decode_batch([ids[j] for j in chunk])
+                except SearchError as e:
+                    lines = ", ".join(str(todo[chunk[i]] + 1) for i in e.sentences)
+                    raise UserError(
+                        f"the model's scores are not finite (NaN or infinite) for input line(s) "
+                        f"{lines}: no translation; is the checkpoint damaged?"
+                    ) from None
                 for j, hyps in zip(chunk, results):
                     out[todo[j]] = hyps
         finally:
@@ -98,17 +105,16 @@ class Translator:
         d = self.decode
         with amp:
             if d.beam_size == 1:
-                nbest = [
-                    [h]
-                    for h in greedy(
-                        self.model,
-                        src,
-                        padding_mask(src),
-                        d.max_len_a,
-                        d.max_len_b,
-                        d.length_penalty,
-                    )
-                ]
+                found = greedy(
+                    self.model,
+                    src,
+                    padding_mask(src),
+                    d.max_len_a,
+                    d.max_len_b,
+                    d.length_penalty,
+                    d.length_norm,
+                )
+                nbest = [[h] for h in found]
             else:
                 nbest = beam_search(
                     self.model,
@@ -119,6 +125,7 @@ class Translator:
                     d.max_len_b,
                     d.length_penalty,
                     d.nbest,
+                    d.length_norm,
                 )
         texts = self.tokenizer.decode_tgt([h.tokens for hyps in nbest for h in hyps])
         out, at = [], 0

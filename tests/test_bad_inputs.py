@@ -7,6 +7,7 @@ other user errors 1; `seq2seq --debug …` shows the traceback for any of them.
 
 from __future__ import annotations
 
+import math
 import shutil
 import signal
 from collections.abc import Callable
@@ -14,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from seq2seq.checkpoint import save_checkpoint
@@ -123,6 +126,18 @@ def _no_tokenizer(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
     return ["translate", "--run", str(copy)], b"hello\n"
 
 
+def _nan_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
+    copy = _copy_run(tmp, run)
+    for weights in (copy / "checkpoints").glob("*.safetensors"):
+        tensors = load_file(str(weights))
+        tensors = {
+            k: torch.full_like(v, math.nan) if v.is_floating_point() else v
+            for k, v in tensors.items()
+        }
+        save_file(tensors, str(weights))
+    return ["translate", "--run", str(copy)], b"hello\n\nworld\n"
+
+
 CASES = {
     "malformed YAML": Case(
         lambda t, r, p: _train(t, "data:\n  train: {src: a.en\nmodel: [\n"),
@@ -186,6 +201,9 @@ CASES = {
     ),
     "a truncated checkpoint": Case(
         _truncated_checkpoint, 1, ("not a readable checkpoint", "truncated or corrupt")
+    ),
+    "a checkpoint whose weights are NaN": Case(
+        _nan_checkpoint, 1, ("not finite", "input line(s) 1, 3", "damaged")
     ),
     "a tokenizer model missing from the run directory": Case(
         _no_tokenizer, 1, ("tokenizer model missing", "spm.model")

@@ -9,7 +9,7 @@ import torch
 
 from seq2seq.batching import no_peek_mask, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.model import Dropout, Residual, Transformer, attend, sinusoidal_positions
+from seq2seq.model import Dropout, Residual, Transformer, sinusoidal_positions
 from seq2seq.tokenizer import PAD_ID
 
 VOCAB = 50

@@ -109,14 +109,14 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
 
 
 def _lrs(peak: float, warmup: int, steps: int) -> list[float]:
-    """The learning rate after each of `steps` counted updates."""
+    """The learning rate each of `steps` counted updates used."""
     opt = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=peak)
     schedule = inverse_sqrt_scheduler(opt, warmup)
     out = []
     for _ in range(steps):
+        out.append(opt.param_groups[0]["lr"])
         opt.step()
         schedule.step()
-        out.append(schedule.get_last_lr()[0])
     return out
 
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import shutil
+import signal
+import time
+import types
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from seq2seq.batching import collate
-from seq2seq.checkpoint import latest_checkpoint
-from seq2seq.config import validate_config
+from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
+from seq2seq.config import load_config, validate_config
 from seq2seq.errors import ConfigError, UserError
 from seq2seq.loss import TranslationLoss
 from seq2seq.model import Transformer
-from seq2seq.tokenizer import EOS_ID, load_tokenizer
+from seq2seq.tokenizer import BOS_ID, EOS_ID, load_tokenizer
 from seq2seq.trainer import accumulate_gradients, train
 
 from .conftest import write_parallel
@@ -78,8 +83,16 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, cor
     assert a.keys() == b.keys()
     for name in a:
         assert torch.equal(a[name], b[name]), name
-    logged = [json.loads(x)["step"] for x in (tmp_path / "legs" / "metrics.jsonl").open()]
-    assert logged == [json.loads(x)["step"] for x in (tmp_path / "whole" / "metrics.jsonl").open()]
+
+    def logged(run):
+        records = [json.loads(x) for x in (tmp_path / run / "metrics.jsonl").open()]
+        return [(r["step"], r["split"]) for r in records if "split" in r]
+
+    assert logged("legs") == logged("whole")
+    events = [json.loads(x) for x in (tmp_path / "legs" / "metrics.jsonl").open()]
+    assert {"event": "config_change", "key": "train.max_steps", "old": 4, "new": 8}.items() <= [
+        e for e in events if e.get("event") == "config_change"
+    ][0].items()
 
 
 def test_a_run_with_checkpoints_is_not_overwritten_without_resume(tmp_path, corpus):
@@ -177,6 +190,147 @@ def test_metrics_log_loss_lr_throughput_grad_norm_and_memory(tmp_path, corpus):
         assert key in first_train, key
     valid = [r for r in records if r["split"] == "valid"]
     assert {"loss", "nll", "ppl", "bleu"} <= set(valid[0])
+
+
+def test_the_logged_lr_is_the_rate_the_update_used(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"log_every": 1, "lr": 2e-3, "warmup_steps": 4})
+    train(cfg, progress=False)
+    records = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
+    logged = {r["step"]: r["lr"] for r in records if r.get("split") == "train"}
+    assert sorted(logged) == list(range(1, 9))
+    for step, lr in logged.items():  # §5.3: linear warm-up to the peak at step 4, then 1/√step
+        assert lr == pytest.approx(2e-3 * min(step / 4, (4 / step) ** 0.5), rel=1e-9), step
+
+
+def test_validation_loss_equals_label_smoothed_cross_entropy_computed_by_hand(tmp_path, corpus):
+    cfg = _config(tmp_path, corpus, train={"save_every": 8, "eval_every": 8})
+    train(cfg, progress=False)
+    logged = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
+    valid = next(r for r in logged if r.get("split") == "valid" and r["step"] == 8)
+
+    tok = load_tokenizer(cfg.run_dir, joint=True)
+    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, joint_vocab=True)
+    load_weights(model, latest_checkpoint(cfg.run_dir).weights)
+    model.eval()
+    (_, _), (vsrc, vtgt) = corpus
+    eps, vocab = cfg.train.label_smoothing, tok.tgt_vocab_size
+    loss = nll = tokens = 0.0
+    with torch.no_grad():
+        for s, t in zip(vsrc.read_text().splitlines(), vtgt.read_text().splitlines()):
+            src = torch.tensor([tok.src.encode(s) + [EOS_ID]])
+            target = tok.tgt.encode(t)
+            tgt_in = torch.tensor([[BOS_ID] + target])
+            causal = torch.ones(len(target) + 1, len(target) + 1, dtype=torch.bool).tril()
+            logits = model(src, tgt_in, torch.ones_like(src, dtype=torch.bool), causal[None])
+            log_p = torch.log_softmax(logits[0].double(), dim=-1)
+            for position, gold in enumerate(target + [EOS_ID]):
+                # §5.4: the target distribution puts 1-ε on the gold token, ε spread uniformly.
+                loss += -(1 - eps) * log_p[position, gold] - eps / vocab * log_p[position].sum()
+                nll += -log_p[position, gold]
+                tokens += 1
+    assert valid["loss"] == pytest.approx(float(loss / tokens), rel=1e-4)
+    assert valid["nll"] == pytest.approx(float(nll / tokens), rel=1e-4)
+    assert valid["ppl"] == pytest.approx(math.exp(float(nll / tokens)), rel=1e-4)
+
+
+@pytest.fixture
+def stop_during_update(monkeypatch):
+    """`stop_during_update(n, how)`: during the n-th update, a SIGTERM or the time budget ends."""
+    import seq2seq.stopping as stopping
+    import seq2seq.trainer as trainer
+
+    def arrange(update: int, how: str):
+        calls, real = [0], trainer.accumulate_gradients
+        offset = [0.0]
+        # Only the stopping module reads this clock; it jumps an hour during the update.
+        clock = types.SimpleNamespace(monotonic=lambda: time.monotonic() + offset[0])
+        monkeypatch.setattr(stopping, "time", clock)
+
+        def accumulate(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == update:
+                if how == "signal":
+                    os.kill(os.getpid(), signal.SIGTERM)
+                else:
+                    offset[0] = 3600.0
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(trainer, "accumulate_gradients", accumulate)
+
+    return arrange
+
+
+@pytest.mark.parametrize("how", ["signal", "time budget"])
+def test_a_stop_during_update_n_saves_step_n_and_runs_no_further_update(
+    tmp_path, corpus, stop_during_update, how
+):
+    stop_during_update(3, how)
+    minutes = 30.0 if how == "time budget" else None
+    cfg = _config(tmp_path, corpus, train={"max_steps": 100, "max_minutes": minutes})
+    state = train(cfg, progress=False)
+    assert state.step == 3
+    assert latest_checkpoint(cfg.run_dir).step == 3
+    assert state.stopped_by == ("SIGTERM" if how == "signal" else None)
+
+
+def test_resume_applies_changed_optimizer_and_schedule_settings_and_logs_each(tmp_path, corpus):
+    train(_config(tmp_path, corpus, train={"max_steps": 4, "log_every": 1}), progress=False)
+    changed = {
+        "lr": 3e-4,
+        "warmup_steps": 2,
+        "betas": (0.8, 0.9),
+        "eps": 1e-6,
+        "weight_decay": 0.01,
+        "log_every": 1,
+        "label_smoothing": 0.2,
+    }
+    cfg = _config(tmp_path, corpus, train=changed)
+    assert train(cfg, resume=True, progress=False).step == 8
+
+    records = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
+    events = {r["key"]: r for r in records if r.get("event") == "config_change"}
+    assert set(events) == {
+        f"train.{k}"
+        for k in (
+            "lr",
+            "warmup_steps",
+            "betas",
+            "eps",
+            "weight_decay",
+            "label_smoothing",
+            "max_steps",
+        )
+    }
+    assert events["train.lr"]["old"] == 7e-4 and events["train.lr"]["new"] == 3e-4
+    assert all(e["step"] == 4 for e in events.values())
+    lrs = {r["step"]: r["lr"] for r in records if r.get("split") == "train"}
+    for step in range(5, 9):  # the new peak and warm-up, at the run's own step count
+        assert lrs[step] == pytest.approx(3e-4 * min(step / 2, (2 / step) ** 0.5)), step
+    saved = load_state(latest_checkpoint(cfg.run_dir).state)["optimizer"]["param_groups"][0]
+    assert (tuple(saved["betas"]), saved["eps"], saved["weight_decay"]) == ((0.8, 0.9), 1e-6, 0.01)
+    on_disk = load_config(cfg.run_dir / "config.yaml")  # says what ran
+    assert on_disk.train.lr == 3e-4 and on_disk.train.betas == (0.8, 0.9)
+
+
+@pytest.mark.parametrize(
+    "section, change",
+    [("train", {"max_tokens": 400}), ("train", {"seed": 7}), ("data", {"max_len": 40})],
+)
+def test_resume_refuses_a_new_batch_order_unless_the_dataloader_is_reset(
+    tmp_path, corpus, section, change
+):
+    train(_config(tmp_path, corpus, train={"max_steps": 4}), progress=False)
+    saved = (tmp_path / "run" / "config.yaml").read_text()
+    cfg = _config(tmp_path, corpus, **{section: change})
+    key = f"{section}.{next(iter(change))}"
+    with pytest.raises(ConfigError, match=rf"{key} .*--reset-dataloader"):
+        train(cfg, resume=True, progress=False)
+    assert (tmp_path / "run" / "config.yaml").read_text() == saved, "refused: nothing rewritten"
+
+    assert train(cfg, resume=True, progress=False, reset_dataloader=True).step == 8
+    records = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
+    assert any(r.get("event") == "reset_dataloader" and r["step"] == 4 for r in records)
+    assert any(r.get("key") == key for r in records if r.get("event") == "config_change")
 
 
 def test_tensorboard_scalars_are_written_when_tensorboard_is_installed(tmp_path, corpus):

@@ -199,28 +199,58 @@ def test_kill_during_checkpoint_write_leaves_the_previous_one_loadable(
     assert not list((run / "checkpoints").glob(".*.tmp"))
 
 
-# With STOP_IN_WRITE=state:N or weights:N, the process writes part of that file of step N's
-# checkpoint and stops itself there (SIGSTOP), for the test to kill it inside the write.
-STOPS_IN_A_WRITE = """
-import os, signal, sys
+# STOP_AT names a point where the training process stops itself (SIGSTOP), for the test to
+# kill it exactly there:
+#   write:state:N, write:weights:N  inside the write of that file of step N's checkpoint (the
+#                                   weights are written as safetensors does: a `.tmpXXXXXX` file
+#                                   beside the target, renamed when complete)
+#   update:K                        at the start of this process's K-th update
+#   startup:tokenizer               inside SentencePiece training (its temporary folder exists)
+#   startup:config, startup:data    after the run directory is prepared / the data is tokenized
+STOPS_ITSELF = """
+import os, signal, sys, tempfile
 import torch
-from seq2seq import checkpoint
-which, step = os.environ.get("STOP_IN_WRITE", "none:0").split(":")
+from seq2seq import checkpoint, tokenizer, trainer
+where, _, arg = os.environ.get("STOP_AT", "none:").partition(":")
 def stop_here():
     os.kill(os.getpid(), signal.SIGSTOP)
 save_model, save = checkpoint.save_model, torch.save
 def save_model_stopping(model, path, metadata=None):
-    if which == "weights" and metadata and metadata.get("step") == step:
-        with open(path, "wb") as f:
-            f.write(b"half a checkpoint")
+    if where == "write" and arg == "weights:" + (metadata or {}).get("step", ""):
+        fd, tmp = tempfile.mkstemp(prefix=".tmp", dir=os.path.dirname(path))
+        os.write(fd, b"half a checkpoint")
         stop_here()
     return save_model(model, path, metadata=metadata)
 def save_stopping(obj, f, *args, **kwargs):
-    if which == "state" and str(obj.get("train", {}).get("step")) == step:
+    if where == "write" and arg == "state:" + str(obj.get("train", {}).get("step")):
         f.write(b"half a trainer state")
         stop_here()
     return save(obj, f, *args, **kwargs)
 checkpoint.save_model, torch.save = save_model_stopping, save_stopping
+updates, accumulate = [0], trainer.accumulate_gradients
+def accumulate_stopping(*a, **k):
+    updates[0] += 1
+    if where == "update" and updates[0] == int(arg):
+        stop_here()
+    return accumulate(*a, **k)
+trainer.accumulate_gradients = accumulate_stopping
+spm_train = tokenizer.spm.SentencePieceTrainer.train
+def spm_train_stopping(**kwargs):
+    if where == "startup" and arg == "tokenizer":
+        with open(kwargs["model_prefix"] + ".model", "wb") as f:
+            f.write(b"half a tokenizer")
+        stop_here()
+    return spm_train(**kwargs)
+tokenizer.spm.SentencePieceTrainer.train = spm_train_stopping
+def stopping_after(fn, name):
+    def wrapped(*a, **k):
+        out = fn(*a, **k)
+        if where == "startup" and arg == name:
+            stop_here()
+        return out
+    return wrapped
+trainer.prepare_run_dir = stopping_after(trainer.prepare_run_dir, "config")
+trainer.prepare_data = stopping_after(trainer.prepare_data, "data")
 from seq2seq.cli import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()
@@ -254,45 +284,37 @@ def _assert_checkpoints_load(run: Path) -> None:
         assert load_state(ckpt.state)["train"]["step"] == ckpt.step
 
 
-def test_ten_sigkills_at_random_moments_then_resume_match_an_uninterrupted_run(
+def test_ten_sigkills_at_chosen_moments_then_resume_match_an_uninterrupted_run(
     tmp_path, data_dir, uninterrupted
 ):
-    # Killed no later than this step, a run has steps left: every round has one to interrupt.
+    # Each round stops itself at a known point (STOP_AT above) and is killed there: inside a
+    # checkpoint file's write, inside an update, or while starting up. Nothing is left to timing.
     save_every, last_kill_step = 2, MAX_STEPS - 3
     config, run = _config(tmp_path, data_dir, "run", save_every=save_every)
     rng = random.Random(1234)
-    # Inside a checkpoint file's write (the process stops itself there), between two steps, or
-    # while starting up (imports, data, tokenizer).
-    kinds = ["in a write"] * 4 + ["between steps"] * 4 + ["starting up"] * 2
-    rng.shuffle(kinds)
+    kinds = ["startup:tokenizer", "update", "write:weights", "startup:config", "write:state"]
+    kinds += ["update", "write:weights", "startup:data", "update", "write:state"]
     for round_, kind in enumerate(kinds):
         resume_from = latest_checkpoint(run).step if list_checkpoints(run) else 0
-        if kind == "between steps" and resume_from >= last_kill_step:
-            kind = "in a write"  # no step left to kill at before the run would end
-        env = {}
-        if kind == "in a write":
+        if kind == "update" and resume_from >= last_kill_step:
+            kind = "write:state"  # no step left to kill at before the run would end
+        if kind == "update":
+            # The K-th update of this process: steps resume_from + 1 … + K - 1 are done.
+            kind = f"update:{rng.randint(1, min(4, last_kill_step - resume_from))}"
+        elif kind.startswith("write"):
             # The next checkpoint or the one after it (which lets the next one complete).
             step = rng.choice([s for s in (resume_from + 2, resume_from + 4) if s <= MAX_STEPS])
-            env["STOP_IN_WRITE"] = f"{rng.choice(['state', 'weights'])}:{step}"
-        launched = time.time()
-        with open(tmp_path / f"round{round_}.log", "w") as log:
+            kind = f"{kind}:{step}"
+        log_path = tmp_path / f"round{round_}.log"
+        with open(log_path, "w") as log:
+            env = {"STOP_AT": kind}
             proc = _train(
-                "--config", str(config), "--resume", script=STOPS_IN_A_WRITE, env=env, log=log
+                "--config", str(config), "--resume", script=STOPS_ITSELF, env=env, log=log
             )
-        if kind == "in a write":
-            assert _stopped_itself(proc), (tmp_path / f"round{round_}.log").read_text()
-        elif kind == "between steps":
-            target = rng.randint(resume_from + 1, min(resume_from + 4, last_kill_step))
-            while _logged_step(run, since=launched) < target and proc.poll() is None:
-                time.sleep(0.005)
-            time.sleep(rng.uniform(0.0, 0.02))
-        else:
-            deadline = time.monotonic() + rng.uniform(0.3, 3.0)
-            while time.monotonic() < deadline and not _logged_step(run, since=launched):
-                time.sleep(0.005)
+        assert _stopped_itself(proc), f"{kind}: {log_path.read_text()}"
         proc.kill()
         proc.wait()
-        assert proc.returncode == -signal.SIGKILL, (tmp_path / f"round{round_}.log").read_text()
+        assert proc.returncode == -signal.SIGKILL, log_path.read_text()
         _assert_checkpoints_load(run)
 
     with open(tmp_path / "final.log", "w") as log:
@@ -304,6 +326,31 @@ def test_ten_sigkills_at_random_moments_then_resume_match_an_uninterrupted_run(
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == sorted(
         name for s in steps for name in (f"step_{s:08d}.safetensors", f"step_{s:08d}.state.pt")
     ), "a temporary or lone file was left behind"
+    assert sorted(p.name for p in (run / "tokenizer").iterdir()) == ["spm.model", "spm.vocab"]
+    assert not list(run.glob(".*.tmp"))
     _assert_checkpoints_load(run)
-    logged = [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert logged == sorted(set(logged)), "steps after a checkpoint were logged twice"
+    logged = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps_logged = [r["step"] for r in logged if "split" in r]
+    assert steps_logged == sorted(set(steps_logged)), "steps after a checkpoint were logged twice"
+
+
+def test_temporaries_a_killed_writer_left_are_removed_when_the_run_starts(tmp_path, data_dir):
+    config, run = _config(tmp_path, data_dir, "run", steps=2, save_every=2)
+    debris = [
+        run / "checkpoints" / ".tmpAb12Cd",  # safetensors' own temporary
+        run / "checkpoints" / ".step_00000004.safetensors.tmp",
+        run / "checkpoints" / "step_00000004.state.pt",  # a state without its weights
+        run / ".config.yaml.tmp",
+        run / "tokenizer" / ".spm-train-x1y2" / "spm.model",
+    ]
+    for path in debris:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"x" * 1000)
+    kept = run / "checkpoints" / "notes.txt"  # not a temporary of this run's writers
+    kept.write_text("mine")
+    proc = _train("--config", str(config), "--set", "train.max_steps=1", "--resume")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert not any(p.exists() for p in debris)
+    assert not (run / "tokenizer" / ".spm-train-x1y2").exists()
+    assert kept.read_text() == "mine"
