@@ -17,7 +17,7 @@ demo:  ## generate the demo corpus, train, evaluate on the test split, translate
 	seq2seq demo-data data/demo
 	seq2seq train --config configs/demo.yaml --resume
 	seq2seq evaluate --run runs/demo --split test
-	printf 'I have three hundred and seventy-one cats.\nShe was born on the first of May nineteen eighty.\nThe book costs twelve euros and fifty cents.\n\nIt is a quarter past five.\n' \
+	printf 'I have three hundred and seventy-one cats.\nShe was born on the first of May nineteen eighty.\nThe book costs twelve euros and fifty cents.\n\nIt is a quarter past five.\nthree hundred and seventy-one\n' \
 		| seq2seq translate --run runs/demo
 
 clean-demo:

@@ -3,11 +3,13 @@
     python scripts/ablate_quality.py --minutes 8 --threads 1 --parallel 2   # make ablate-quality
 
 Every row trains configs/enfr-small.yaml for the same wall-clock minutes with one change (the
---set overrides shown), then decodes the whole valid set with beam 4 and scores it (sacrebleu
-BLEU and chrF). Rows that need no training (beam size, length penalty, checkpoint averaging)
-decode the baseline run again. Every row's warm-up is scaled to the shorter run (--warmup).
-With --parallel 2 --threads 1 two runs share the two cores, one
-each, so every run gets the same compute. Results: OUT/ablation.json and OUT/ablation.md.
+--set overrides shown), then decodes the dev part of the valid file (its first --dev-pairs
+pairs, which also choose each run's best checkpoint; bench_quality.py reports on the rest) with
+beam 4 and scores it (sacrebleu BLEU and chrF): choices are made on data never reported. Rows
+that need no training (beam size, length penalty, checkpoint averaging) decode the baseline run
+again. Every row's warm-up is scaled to the shorter run (--warmup). With --parallel 2
+--threads 1 two runs share the two cores, one each, so every run gets the same compute.
+Results: OUT/ablation.json and OUT/ablation.md.
 """
 
 from __future__ import annotations
@@ -19,7 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_quality import evaluate_project, project_overrides, train_with_config  # noqa: E402
+from bench_quality import (  # noqa: E402
+    evaluate_project,
+    project_overrides,
+    split_valid,
+    train_with_config,
+)
 from benchlib import REPO, bench_env  # noqa: E402
 
 TRAINING_ROWS: list[tuple[str, list[str]]] = [
@@ -55,11 +62,13 @@ def main() -> None:
     # the schedule has the same shape (400 of ~1,400 steps there, 70 of ~240 here).
     p.add_argument("--warmup", type=int, default=70, help="warm-up steps of every row")
     p.add_argument("--only", help="comma-separated row numbers to run (1-based), default all")
+    p.add_argument("--dev-pairs", type=int, default=499, help="valid pairs that choose")
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-ablation"))
     args = p.parse_args()
     data = args.data.resolve()
     env = bench_env(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    dev = split_valid(data, args.dev_pairs, args.out / "valid-parts")["dev"]
     rows = list(enumerate(TRAINING_ROWS, 1))
     if args.only:
         keep = {int(x) for x in args.only.split(",")}
@@ -68,10 +77,12 @@ def main() -> None:
     def one(item: tuple[int, tuple[str, list[str]]]) -> dict:
         i, (name, sets) = item
         run = args.out / f"run{i:02d}"
-        base = project_overrides(data, run, args.minutes, args.threads, args.save_every)
+        base = project_overrides(
+            data, run, args.minutes, args.threads, args.save_every, args.dev_pairs
+        )
         base.append(f"train.warmup_steps={args.warmup}")
         trained = train_with_config(args.config, [*base, *sets], env, args.out / f"run{i:02d}.log")
-        final = evaluate_project(run, data, args.out / "eval" / f"run{i:02d}", env)
+        final = evaluate_project(run, dev, args.out / "eval" / f"run{i:02d}", env)
         del trained["minute_of_step"]
         result = {"row": i, "name": name, "sets": sets, **trained, **final}
         print(json.dumps(result), flush=True)
@@ -94,7 +105,7 @@ def main() -> None:
                     0
                 ]
             final = evaluate_project(
-                baseline, data, args.out / "eval" / slug, env, checkpoint, beam, penalty
+                baseline, dev, args.out / "eval" / slug, env, checkpoint, beam, penalty
             )
             result = {"row": name, "name": name, **final}
             print(json.dumps(result), flush=True)
@@ -106,7 +117,7 @@ def main() -> None:
     (args.out / "ablation.json").write_text(json.dumps(results, indent=2) + "\n")
     base_bleu = next((r["bleu"] for r in results if r["row"] == 1), None)
     lines = [
-        "| change | --set | steps | target tokens | valid BLEU | Δ BLEU | chrF |",
+        "| change | --set | steps | target tokens | dev BLEU | Δ BLEU | chrF |",
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:

@@ -6,10 +6,12 @@ One after the other in one run, with the same threads: the project trains with
 configs/enfr-small.yaml for M minutes; the peer (../shared/bench/peers/hf_marian_train.py, a
 randomly initialised MarianMTModel of the same shape, with its own settings: post-norm, lr 5e-4,
 warm-up 1000) trains on the same data with the project's SentencePiece model and the same token
-budget per batch for the same M minutes. Both then decode the whole valid set with beam 4 (each
-with its own decoder defaults) and the outputs are scored by the same sacrebleu calls: BLEU and
-chrF with signatures. Checkpoints (project) and snapshots (peer) taken on the way give a
-validation BLEU against minutes curve, written to OUT/bleu_vs_minutes.png.
+budget per batch for the same M minutes. The corpus's valid file is cut at a document boundary:
+its first --dev-pairs pairs are the project's validation data (what chooses its best checkpoint),
+the rest is the report set, never used for choosing. Both systems decode the report set with
+beam 4 (each with its own decoder defaults) and the outputs are scored by the same sacrebleu
+calls: BLEU and chrF with signatures. Checkpoints (project) and snapshots (peer) taken on the way
+give a report-set BLEU against minutes curve, written to OUT/bleu_vs_minutes.png.
 Results: OUT/results.json and a Markdown table in OUT/results.md.
 """
 
@@ -62,13 +64,30 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
-def project_overrides(data: Path, run: Path, minutes: float, threads: int, save_every: int) -> list:
+def split_valid(data: Path, dev_pairs: int, out: Path) -> dict[str, tuple[Path, Path]]:
+    """The valid file cut in two: `dev` (its first `dev_pairs` pairs, for choosing) and `report`
+    (the rest, for reporting), as (source, reference) files under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    parts = {"dev": slice(0, dev_pairs), "report": slice(dev_pairs, None)}
+    files = {}
+    for name, part in parts.items():
+        for lang in ("en", "fr"):
+            lines = read_lines(data / f"valid.{lang}")[part]
+            (out / f"{name}.{lang}").write_text("".join(x + "\n" for x in lines), "utf-8")
+        files[name] = (out / f"{name}.en", out / f"{name}.fr")
+    return files
+
+
+def project_overrides(
+    data: Path, run: Path, minutes: float, threads: int, save_every: int, dev_pairs: int
+) -> list:
     return [
         f"run_dir={run}",
         f"data.train.src={data}/train.en",
         f"data.train.tgt={data}/train.fr",
         f"data.valid.src={data}/valid.en",
         f"data.valid.tgt={data}/valid.fr",
+        f"data.valid.max_pairs={dev_pairs}",  # chooses the best checkpoint; never reported
         f"train.max_minutes={minutes}",
         f"train.threads={threads}",
         "train.device=cpu",
@@ -93,8 +112,8 @@ def train_with_config(config: Path, sets: list[str], env: dict, log: Path) -> di
 def training_record(run: Path) -> dict:
     """Steps, target tokens and the minute each step ended at, from a run's metrics log."""
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    start = next(r["time"] for r in records if r["split"] == "data")
-    train = [r for r in records if r["split"] == "train"]
+    start = next(r["time"] for r in records if r.get("split") == "data")
+    train = [r for r in records if r.get("split") == "train"]
     return {
         "steps": train[-1]["step"],
         "tokens": int(sum(r["tokens"] for r in train)),
@@ -105,17 +124,17 @@ def training_record(run: Path) -> dict:
 
 def evaluate_project(
     run: Path,
-    data: Path,
+    test: tuple[Path, Path],
     out: Path,
     env: dict,
     checkpoint: Path | None = None,
     beam: int = 4,
     length_penalty: float | None = None,
 ) -> dict:
-    """Decode the valid set with `seq2seq evaluate`; score its hypotheses."""
+    """Decode a test set (source, reference files) with `seq2seq evaluate`; score it."""
     out.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "seq2seq", "--quiet", "evaluate", "--run", str(run)]
-    cmd += ["--src", str(data / "valid.en"), "--ref", str(data / "valid.fr")]
+    cmd += ["--src", str(test[0]), "--ref", str(test[1])]
     cmd += ["--beam-size", str(beam), "--device", "cpu", "--output-dir", str(out)]
     cmd += ["--json", str(out / "report.json")]
     if checkpoint is not None:
@@ -128,23 +147,23 @@ def evaluate_project(
     report = json.loads((out / "report.json").read_text())
     hyps = read_lines(Path(report["hypotheses_file"]))
     return {
-        **score(hyps, read_lines(data / "valid.fr")),
+        **score(hyps, read_lines(test[1])),
         "checkpoint": report.get("checkpoint"),
         "decode_s": wall,
     }
 
 
-def evaluate_peer(model: Path, spm: Path, data: Path, out: Path, env: dict) -> dict:
-    """Decode the valid set with the peer's own script (beam 4); score its hypotheses."""
+def evaluate_peer(model: Path, spm: Path, test: tuple[Path, Path], out: Path, env: dict) -> dict:
+    """Decode a test set with the peer's own script (beam 4); score its hypotheses."""
     cmd = [str(PEER_PY), str(PEERS / "hf_marian_translate.py"), "--model", str(model)]
-    cmd += ["--spm", str(spm), "--src", str(data / "valid.en"), "--ref", str(data / "valid.fr")]
+    cmd += ["--spm", str(spm), "--src", str(test[0]), "--ref", str(test[1])]
     cmd += ["--out", str(out), "--beams", "4"]
     out.mkdir(parents=True, exist_ok=True)
     code, wall, _ = run_measured(cmd, env, out / "translate.log")
     if code != 0:
         sys.exit(f"peer decoding failed (exit {code}); see {out / 'translate.log'}")
     hyps = read_lines(out / "hyp.beam4.txt")
-    return {**score(hyps, read_lines(data / "valid.fr")), "decode_s": wall}
+    return {**score(hyps, read_lines(test[1])), "decode_s": wall}
 
 
 def plot(curves: dict[str, list[tuple[float, float]]], minutes: float, path: Path) -> None:
@@ -157,7 +176,8 @@ def plot(curves: dict[str, list[tuple[float, float]]], minutes: float, path: Pat
     for name, points in curves.items():
         ax.plot([m for m, _ in points], [b for _, b in points], "o-", label=name, ms=4)
     ax.set(
-        title=f"valid BLEU (beam 4) against training minutes, 2 CPU threads, {minutes:g} min each",
+        title=f"report-set BLEU (beam 4) against training minutes, 2 CPU threads, "
+        f"{minutes:g} min each",
         xlabel="training minutes",
         ylabel="BLEU",
     )
@@ -183,6 +203,12 @@ def main() -> None:
         default=0.7,
         help="expected seconds a project step takes (spaces its checkpoints)",
     )
+    p.add_argument(
+        "--dev-pairs",
+        type=int,
+        default=499,
+        help="valid pairs that choose checkpoints (the rest are reported); 499 ends a document",
+    )
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-quality"))
     args = p.parse_args()
     require_peers()
@@ -201,7 +227,9 @@ def main() -> None:
     run = args.out / "project"
 
     print(f"training seq2seq for {args.minutes:g} min ...", flush=True)
-    sets = [*args.set, *project_overrides(data, run, args.minutes, args.threads, save_every)]
+    overrides = project_overrides(data, run, args.minutes, args.threads, save_every, args.dev_pairs)
+    sets = [*args.set, *overrides]
+    report = split_valid(data, args.dev_pairs, args.out / "valid-parts")["report"]
     ours = train_with_config(args.config, sets, env, args.out / "project.log")
     spm = run / "tokenizer" / "spm.model"
     print(f"training the peer for {args.minutes:g} min ...", flush=True)
@@ -209,16 +237,16 @@ def main() -> None:
         data, spm, args.out, seconds, seconds / args.points, cfg.train.max_tokens, env
     )
 
-    print("decoding the valid set with beam 4 ...", flush=True)
-    ours["final"] = evaluate_project(run, data, args.out / "eval" / "project", env)
-    peer["final"] = evaluate_peer(Path(peer["model"]), spm, data, args.out / "eval" / "peer", env)
+    print("decoding the report set with beam 4 ...", flush=True)
+    ours["final"] = evaluate_project(run, report, args.out / "eval" / "project", env)
+    peer["final"] = evaluate_peer(Path(peer["model"]), spm, report, args.out / "eval" / "peer", env)
     curves: dict[str, list[tuple[float, float]]] = {"seq2seq": [], "hf-marian (peer)": []}
     from seq2seq.checkpoint import list_checkpoints
 
     for ckpt in list_checkpoints(run):
         minute = ours["minute_of_step"][ckpt.step]
         r = evaluate_project(
-            run, data, args.out / "eval" / f"project-{ckpt.step}", env, ckpt.weights
+            run, report, args.out / "eval" / f"project-{ckpt.step}", env, ckpt.weights
         )
         curves["seq2seq"].append((minute, r["bleu"]))
         print(f"  seq2seq step {ckpt.step} ({minute:.1f} min): BLEU {r['bleu']}", flush=True)
@@ -226,7 +254,7 @@ def main() -> None:
         if snap["step"] >= peer["steps"]:
             continue  # the final model, decoded above
         folder = Path(snap["dir"])
-        r = evaluate_peer(folder, spm, data, args.out / "eval" / f"peer-{folder.name}", env)
+        r = evaluate_peer(folder, spm, report, args.out / "eval" / f"peer-{folder.name}", env)
         curves["hf-marian (peer)"].append((snap["seconds"] / 60, r["bleu"]))
         print(
             f"  peer step {snap['step']} ({snap['seconds'] / 60:.1f} min): BLEU {r['bleu']}",
@@ -242,13 +270,14 @@ def main() -> None:
         "config": str(args.config),
         "sets": args.set,
         "threads": args.threads,
+        "dev_pairs": args.dev_pairs,
         "seq2seq": ours,
         "peer": peer,
         "curves": curves,
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = [
-        "| system | steps | target tokens seen | train min | valid BLEU | valid chrF |",
+        "| system | steps | target tokens seen | train min | report-set BLEU | report-set chrF |",
         "| --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in (("seq2seq", ours), ("hf-marian (peer)", peer)):

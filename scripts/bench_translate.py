@@ -6,8 +6,12 @@
 Decode speed depends on what a model outputs (an untrained one runs to the length cap, a half-
 trained one may loop), so the fair comparison runs the *same weights* in each system: the project's
 trained model is written as a Hugging Face MarianMTModel (scripts/export_hf_marian.py, an exact
-conversion: greedy outputs are compared and the agreement printed; beam search gets the run's
-length-penalty α as HF's `length_penalty`) and decoded by HF `generate`. CTranslate2's Marian
+conversion: greedy and beam outputs are compared and the agreement printed) and decoded by HF
+`generate`. Beam search is the same search on both sides: the project's is HF's (the 2k best
+continuations, EOS within the first k finishes, k finished end a sentence: HF's
+`early_stopping=True`), and here it divides scores by len^α as HF and CTranslate2 do
+(`decode.length_norm: length`), with the run's α given to HF as `length_penalty` and to
+CTranslate2 as `length_penalty`. CTranslate2's Marian
 converter cannot hold the project's model (it starts the decoder from a zero embedding, not BOS),
 so CTranslate2 runs a peer model trained for the same time on the same data and shape by
 ../shared/bench/peers; HF `generate` decodes that model too, and the project / CTranslate2 ratio is
@@ -112,12 +116,20 @@ def decode_exported_ct2(
                     max_decoding_length=int(1.5 * lengths[batch[0]] + 10),
                     min_decoding_length=1,
                     suppress_sequences=[["<pad>"], ["<s>"]],
+                    length_penalty=run_alpha(run),
                 )
                 for i, r in zip(batch, found):
                     hyps[i] = tok.tgt.decode_pieces(r.hypotheses[0])
             times.append(time.perf_counter() - start)
         results["greedy" if beam == 1 else f"beam{beam}"] = speed(hyps, refs, times, tok)
     return results
+
+
+def run_alpha(run: Path) -> float:
+    """The length penalty α of a run's decode settings."""
+    from seq2seq.config import load_run_config
+
+    return load_run_config(run).decode.length_penalty
 
 
 def decode_project(
@@ -132,14 +144,17 @@ def decode_project(
     results = {}
     for beam in BEAMS:
         decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
+        decode["length_norm"] = (
+            "length"  # HF's and CTranslate2's normalisation, for the same search
+        )
         translator, _ = load_translator(run, device="cpu", decode_overrides=decode)
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
             hyps = translate_as_peers_do(translator, src)
             times.append(time.perf_counter() - start)
-        if beam == 1:
-            (out / "seq2seq.greedy.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
+        mode = "greedy" if beam == 1 else f"beam{beam}"
+        (out / f"seq2seq.{mode}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
         results["greedy" if beam == 1 else f"beam{beam}"] = speed(
             hyps, refs, times, translator.tokenizer
         )
@@ -266,7 +281,10 @@ def main() -> None:
     systems.update(
         decode_with_peer_scripts(same, marian, project_spm, data, args.threads, args.repeats, env)
     )
-    same_output = agreement(args.out / "seq2seq.greedy.txt", args.out / "hf-same/hyp.greedy.txt")
+    same_output = {
+        mode: agreement(args.out / f"seq2seq.{mode}.txt", args.out / f"hf-same/hyp.{mode}.txt")
+        for mode in ("greedy", *(f"beam{b}" for b in BEAMS if b > 1))
+    }
     peer = [
         ("hf-marian generate, peer weights", "hf_marian_translate.py", "hf"),
         ("ctranslate2 float32, peer weights", "ct2_translate.py", "ct2"),
@@ -291,7 +309,8 @@ def main() -> None:
     for name, modes in systems.items():
         for mode, r in modes.items():
             print(f"{name:<36} {mode:<7} {r['sent_s']:>8.1f} {r['tok_s']:>8.0f} {r['bleu']:>6.2f}")
-    print(f"greedy outputs identical, seq2seq vs HF on the same weights: {same_output:.1%}")
+    for mode, share in same_output.items():
+        print(f"{mode} outputs identical, seq2seq vs HF on the same weights: {share:.1%}")
     ours, hf_same = systems["seq2seq"], systems[same[0][0]]
     hf_peer, ct2 = systems[peer[0][0]], systems[peer[1][0]]
     ratios = {}
@@ -318,7 +337,7 @@ def main() -> None:
                 f"{ratios[mode]['vs_own_ct2_export']:.2f}×"
             )
     systems["ratios"] = ratios
-    systems["greedy_agreement_same_weights"] = same_output
+    systems["agreement_same_weights"] = same_output
     (args.out / "bench_translate.json").write_text(json.dumps(systems, indent=2))
 
 

@@ -87,7 +87,7 @@ def train_project(
     if code != 0:
         sys.exit(f"project training failed (exit {code}); see {out / 'project.log'}")
     records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if r["split"] == "train"]
+    train = [r for r in records if r.get("split") == "train"]
     speeds = [r["tokens_per_s"] for r in train if r["step"] > WARMUP_STEPS]
     speeds = speeds or [r["tokens_per_s"] for r in train]  # a very short smoke run
     return {

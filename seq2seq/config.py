@@ -36,7 +36,14 @@ class CorpusConfig(_Strict):
         description='JSON-lines file: `{"translation": {"en": …, "fr": …}}` or '
         '`{"en": …, "fr": …}` a line.',
     )
-    max_pairs: PositiveInt | None = Field(None, description="Keep only the first N pairs.")
+    skip_pairs: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="Leave out the first N pairs (with `max_pairs`, one file can hold two "
+        "splits: a part to choose checkpoints on, a part to report on).",
+    )
+    max_pairs: PositiveInt | None = Field(
+        None, description="Keep only the first N pairs (after `skip_pairs`)."
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> CorpusConfig:

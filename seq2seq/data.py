@@ -56,8 +56,10 @@ def load_corpus(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Da
             if isinstance(cause, UserError):
                 raise cause from None
             raise
-    if spec.max_pairs is not None and spec.max_pairs < len(ds):
-        ds = ds.select(range(spec.max_pairs))
+    if spec.skip_pairs or (spec.max_pairs is not None and spec.max_pairs < len(ds)):
+        start = min(spec.skip_pairs, len(ds))
+        stop = len(ds) if spec.max_pairs is None else min(len(ds), start + spec.max_pairs)
+        ds = ds.select(range(start, stop))
     return ds
 
 

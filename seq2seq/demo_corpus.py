@@ -432,21 +432,25 @@ def _french_day(day: int) -> str:
     return "premier" if day == 1 else french_number(day)
 
 
+def _date(day: int, month: int, year: int | None) -> Pair:
+    """A date as said: the first of May nineteen eighty -> le premier mai mille neuf cent ..."""
+    _check_date(day, month, 2000 if year is None else year)
+    english = f"the {english_ordinal(day)} of {MONTHS_EN[month - 1]}"
+    french = f"le {_french_day(day)} {MONTHS_FR[month - 1]}"
+    if year is None:
+        return english, french
+    return f"{english} {english_year(year)}", f"{french} {french_year(year)}"
+
+
 def birth_pair(subject: str, day: int, month: int, year: int) -> Pair:
     """Birth date: She was born on the first of May ... -> Elle est née le premier mai ..."""
     subj: Subject = _lookup(SUBJECTS, subject, "subject")
     _check_int("year", year, 1900, 2099)
-    _check_date(day, month, year)
+    en_date, fr_date = _date(day, month, year)
     en_be = "was" if subj.person in ("1s", "3s") else "were"
     participle = "né" + ("e" if subj.feminine else "") + ("s" if subj.plural else "")
-    english = (
-        f"{subj.en} {en_be} born on the {english_ordinal(day)} of {MONTHS_EN[month - 1]} "
-        f"{english_year(year)}"
-    )
-    french = (
-        f"{subj.fr} {_ETRE.french(subj)} {participle} le {_french_day(day)} "
-        f"{MONTHS_FR[month - 1]} {french_year(year)}"
-    )
+    english = f"{subj.en} {en_be} born on {en_date}"
+    french = f"{subj.fr} {_ETRE.french(subj)} {participle} {fr_date}"
     return _sentence(english), _sentence(french)
 
 
@@ -470,15 +474,21 @@ def _amount(n: int, en_unit: str, fr_unit: str) -> Pair:
     return f"{english_number(n)} {en_unit}{plural}", f"{french_number(n)} {fr_unit}{plural}"
 
 
-def price_pair(item: str, euros: int, cents: int = 0) -> Pair:
-    """Price in words: The lamp costs one euro and five cents -> La lampe coûte un euro et ..."""
-    fr_item = _lookup(PRICED_ITEMS, item, "item")
+def _price(euros: int, cents: int) -> Pair:
+    """A price in words: one euro and five cents -> un euro et cinq centimes."""
     _check_int("euros", euros, 1, 999_999)
     _check_int("cents", cents, 0, 99)
     en_price, fr_price = _amount(euros, "euro", "euro")
     if cents:
         en_cents, fr_cents = _amount(cents, "cent", "centime")
         en_price, fr_price = f"{en_price} and {en_cents}", f"{fr_price} et {fr_cents}"
+    return en_price, fr_price
+
+
+def price_pair(item: str, euros: int, cents: int = 0) -> Pair:
+    """Price in words: The lamp costs one euro and five cents -> La lampe coûte un euro et ..."""
+    fr_item = _lookup(PRICED_ITEMS, item, "item")
+    en_price, fr_price = _price(euros, cents)
     return _sentence(f"the {item} costs {en_price}"), _sentence(f"{fr_item} coûte {fr_price}")
 
 
@@ -498,31 +508,52 @@ def _french_hour(hour: int) -> str:
     return "une heure" if hour == 1 else f"{french_number(hour)} heures"
 
 
-def time_pair(hour: int, minute: int = 0) -> Pair:
-    """Clock time hour:minute, minute a multiple of 5: (3, 30) -> It is half past three."""
+def _clock(hour: int, minute: int) -> Pair:
+    """A clock time as said: (3, 30) -> half past three, trois heures et demie."""
     _check_int("hour", hour, 0, 12)
     _check_int("minute", minute, 0, 55)
     if minute % 5:
         raise ValueError(f"minute must be a multiple of 5, got {minute}")
     if minute == 0 and hour in (0, 12):
-        return (
-            ("It is noon.", "Il est midi.") if hour == 12 else ("It is midnight.", "Il est minuit.")
-        )
+        return ("noon", "midi") if hour == 12 else ("midnight", "minuit")
     # Both languages name the coming hour after the half: 8:45 is "a quarter to nine".
     named = hour if minute <= 30 else hour + 1
     if not 1 <= named <= 11:
         raise ValueError(f"{hour}:{minute:02d} is outside the 1..11 o'clock range of the demo")
     en_hour, fr_hour = english_number(named), _french_hour(named)
     if minute == 0:
-        return _sentence(f"it is {en_hour} o'clock"), _sentence(f"il est {fr_hour}")
+        return f"{en_hour} o'clock", fr_hour
     if minute <= 30:
-        en = f"it is {_EN_MINUTES[minute]} past {en_hour}"
         fr_minutes = {15: "et quart", 30: "et demie"}.get(minute, french_number(minute))
-        return _sentence(en), _sentence(f"il est {fr_hour} {fr_minutes}")
+        return f"{_EN_MINUTES[minute]} past {en_hour}", f"{fr_hour} {fr_minutes}"
     before = 60 - minute
-    en = f"it is {_EN_MINUTES[before]} to {en_hour}"
     fr_minutes = "le quart" if before == 15 else french_number(before)
-    return _sentence(en), _sentence(f"il est {fr_hour} moins {fr_minutes}")
+    return f"{_EN_MINUTES[before]} to {en_hour}", f"{fr_hour} moins {fr_minutes}"
+
+
+def time_pair(hour: int, minute: int = 0) -> Pair:
+    """Clock time hour:minute, minute a multiple of 5: (3, 30) -> It is half past three."""
+    english, french = _clock(hour, minute)
+    return _sentence(f"it is {english}"), _sentence(f"il est {french}")
+
+
+def bare_pair(kind: str, *args: int) -> Pair:
+    """What a user types without a sentence around it: a number, a date, a price or a time.
+
+    bare_pair("number", 371) -> ("three hundred and seventy-one", "trois cent soixante et onze");
+    "date" takes (day, month[, year]), "price" (euros, cents), "time" (hour, minute).
+    """
+    if kind == "number":
+        (n,) = args
+        return english_number(n), french_number(n)
+    if kind == "date":
+        day, month, *year = args
+        return _date(day, month, year[0] if year else None)
+    if kind == "price":
+        return _price(*args)
+    if kind == "time":
+        return _clock(*args)
+    raise ValueError(f"unknown kind {kind!r}; choose from number, date, price, time")
 
 
 def age_pair(subject: str, years: int) -> Pair:
@@ -638,6 +669,30 @@ def _sample_age(rng: random.Random) -> Pair:
     return age_pair(subject, years)
 
 
+def _sample_bare(rng: random.Random) -> Pair:
+    r = rng.random()
+    if r < 0.4:
+        english, french = bare_pair("number", _count(rng))
+    elif r < 0.6:
+        month = rng.randint(1, 12)
+        day = rng.randint(1, calendar.monthrange(2000, month)[1])
+        year = [rng.randint(1900, 2099)] if rng.random() < 0.6 else []
+        if year and not calendar.isleap(year[0]) and (day, month) == (29, 2):
+            day = 28
+        english, french = bare_pair("date", day, month, *year)
+    elif r < 0.85:
+        cents = rng.randint(1, 99) if rng.random() < 0.45 else 0
+        english, french = bare_pair("price", rng.randint(1, 999), cents)
+    else:
+        minute = rng.randrange(0, 60, 5)
+        named = rng.randint(1, 11)
+        english, french = bare_pair("time", named if minute <= 30 else named - 1, minute)
+    # Typed either way; both sides follow the same convention.
+    if rng.random() < 0.5:
+        return english[0].upper() + english[1:], french[0].upper() + french[1:]
+    return english, french
+
+
 # (sampler, weight): counting gets more weight as it carries most of the grammar.
 _TEMPLATES: tuple[tuple[Callable[[random.Random], Pair], float], ...] = (
     (_sample_counting, 2.0),
@@ -647,6 +702,7 @@ _TEMPLATES: tuple[tuple[Callable[[random.Random], Pair], float], ...] = (
     (_sample_price, 1.4),
     (_sample_time, 0.8),
     (_sample_age, 1.0),
+    (_sample_bare, 1.0),
 )
 
 

@@ -136,14 +136,16 @@ def beam_search(
     nbest: int = 1,
     length_norm: str = "gnmt",
 ) -> list[list[Hypothesis]]:
-    """Batched beam search as fairseq and Hugging Face `generate` run it; the `nbest` best
-    hypotheses of each sentence, best first.
+    """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
+    `nbest` best hypotheses of each sentence, best first.
 
     All sentences and their beams decode as one [sentences × beam] batch. Each step ranks the
     2k best continuations of a sentence's k open hypotheses: those that end (EOS) within the
-    first k are finished, and the best k that do not end go on, so the beam stays k wide. A
-    sentence stops once it has k finished hypotheses (fairseq; HF's `early_stopping=True`), or
-    at its length cap, where every open hypothesis must end. Beam 1 is exactly greedy search.
+    first k join its finished hypotheses, of which the best k (by length-normalised score) are
+    kept, and the best k that do not end go on, so the beam stays k wide. A sentence stops once
+    it has k finished hypotheses, or at its length cap, where every open hypothesis must end.
+    fairseq differs only in never replacing a finished hypothesis by a better one found in the
+    same step as the k-th. Beam 1 is exactly greedy search.
     """
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
@@ -152,13 +154,12 @@ def beam_search(
     batch, k = src.size(0), beam
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     steps = int(limits.max())
-    # Finished hypotheses by original sentence: k slots, and a scratch slot k where the writes
-    # of candidates that do not finish go (a scatter cannot skip elements).
-    done_score = torch.full((batch, k + 1), -math.inf, device=device)
-    done_log_prob = torch.zeros(batch, k + 1, device=device)
-    done_tokens = torch.zeros(batch, k + 1, steps, dtype=torch.long, device=device)
-    done_count = torch.zeros(batch, dtype=torch.long, device=device)
-    done_length = torch.zeros(batch, k + 1, dtype=torch.long, device=device)
+    # The k best finished hypotheses of each sentence, by original index, best first
+    # (-inf: an empty slot).
+    done_score = torch.full((batch, k), -math.inf, device=device)
+    done_log_prob = torch.zeros(batch, k, device=device)
+    done_length = torch.ones(batch, k, dtype=torch.long, device=device)
+    done_tokens = torch.zeros(batch, k, steps, dtype=torch.long, device=device)
 
     active = torch.arange(batch, device=device)  # sentences still searching, by original index
     scores = torch.full((batch, k), -math.inf, device=device)  # log-probs of the open beams
@@ -187,20 +188,22 @@ def beam_search(
         ends = token == EOS_ID
         source_rows = torch.arange(n, device=device).unsqueeze(1) * k + origin
 
-        # Finish the ending candidates among the first k, while the sentence has free slots.
-        first_k = torch.arange(top_scores.size(1), device=device) < k
-        finish = ends & first_k & (top_scores > -math.inf)
-        slot = done_count[active].unsqueeze(1) + finish.cumsum(dim=1) - 1
-        finish &= slot < k
-        slot = torch.where(finish, slot, k)
-        sentence = active.unsqueeze(1).expand_as(slot)
-        done_score[sentence, slot] = top_scores / length_penalty(t + 1, alpha, length_norm)
-        done_log_prob[sentence, slot] = top_scores
-        done_length[sentence, slot] = t + 1
-        if t:  # the finished prefixes (EOS is implied by the length)
-            prefixes = history[source_rows.view(-1)].view(n, -1, t)
-            done_tokens[:, :, :t].index_put_((sentence, slot), prefixes)
-        done_count[active] += finish.sum(dim=1)
+        # Candidates ending within the first k ranks join the finished ones; the best k stay.
+        first = top_scores[:, :k]
+        finish = ends[:, :k] & (first > -math.inf)
+        new_score = torch.where(
+            finish, first / length_penalty(t + 1, alpha, length_norm), -math.inf
+        )
+        new_tokens = torch.zeros(n, k, steps, dtype=torch.long, device=device)
+        if t:  # their prefixes (EOS is implied by the length)
+            new_tokens[:, :, :t] = history[source_rows[:, :k].reshape(-1)].view(n, k, t)
+        best, order = torch.cat([done_score[active], new_score], dim=1).topk(k, dim=1)
+        new_length = torch.full_like(first, t + 1, dtype=torch.long)
+        done_score[active] = best
+        done_log_prob[active] = torch.cat([done_log_prob[active], first], 1).gather(1, order)
+        done_length[active] = torch.cat([done_length[active], new_length], 1).gather(1, order)
+        by_order = order.unsqueeze(2).expand(-1, -1, steps)
+        done_tokens[active] = torch.cat([done_tokens[active], new_tokens], 1).gather(1, by_order)
 
         # The best k candidates that do not end go on (stable: in score order).
         go = ends.to(torch.int8).argsort(dim=1, stable=True)[:, :k]
@@ -210,9 +213,8 @@ def beam_search(
         history = torch.cat([history[rows], ids.unsqueeze(1)], dim=1)
         cache.reorder(rows)
 
-        done = (
-            (done_count[active] >= k) | (t + 1 >= limits[active]) | ~(scores > -math.inf).any(dim=1)
-        )
+        # Done: k finished, at the cap, or no open hypothesis left.
+        done = (best[:, -1] > -math.inf) | (t + 1 >= limits[active]) | ~(scores > -math.inf).any(1)
         keep = _still_decoding(done)
         if keep.numel() == 0:
             break
@@ -221,17 +223,20 @@ def beam_search(
             active, scores = active[keep], scores[keep]
             history, ids = history[keep_rows], ids[keep_rows]
             cache.keep(keep)
-    return _ranked(done_count, done_score, done_log_prob, done_length, done_tokens, nbest)
+    return _ranked(done_score, done_log_prob, done_length, done_tokens, nbest)
 
 
-def _ranked(count, score, log_prob, length, tokens, nbest: int) -> list[list[Hypothesis]]:
-    """Each sentence's finished hypotheses, best first, `nbest` of them (one device read)."""
+def _ranked(score, log_prob, length, tokens, nbest: int) -> list[list[Hypothesis]]:
+    """Each sentence's `nbest` best finished hypotheses, best first (one device read)."""
     out, empty = [], []
-    rows = zip(count.tolist(), score.tolist(), log_prob.tolist(), length.tolist(), tokens.tolist())
-    for i, (n, s, lp, lengths, toks) in enumerate(rows):
-        hyps = [Hypothesis(toks[j][: lengths[j] - 1], s[j], lp[j]) for j in range(n)]
-        hyps.sort(key=lambda h: h.score, reverse=True)
-        out.append(hyps[:nbest])
+    rows = zip(score.tolist(), log_prob.tolist(), length.tolist(), tokens.tolist())
+    for i, (s, lp, lengths, toks) in enumerate(rows):
+        hyps = [
+            Hypothesis(toks[j][: lengths[j] - 1], s[j], lp[j])
+            for j in range(len(s))
+            if s[j] > -math.inf
+        ]
+        out.append(hyps[:nbest])  # already best first
         if not hyps:
             empty.append(i)
     if empty:

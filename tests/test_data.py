@@ -85,6 +85,16 @@ def test_hub_dataset_with_translation_column(tmp_path):
     assert ds["tgt"] == ["m0", "m1", "m2"]
 
 
+def test_skip_and_max_pairs_cut_one_file_into_two_disjoint_splits(tmp_path):
+    pairs = [(f"s{i}", f"t{i}") for i in range(10)]
+    src, tgt = write_parallel(tmp_path, "v", pairs)
+    choose = _load(src=src, tgt=tgt, max_pairs=4)
+    report = _load(src=src, tgt=tgt, skip_pairs=4)
+    assert list(choose["src"]) == ["s0", "s1", "s2", "s3"]
+    assert list(report["src"]) == [f"s{i}" for i in range(4, 10)]
+    assert list(_load(src=src, tgt=tgt, skip_pairs=8, max_pairs=5)["tgt"]) == ["t8", "t9"]
+
+
 def test_unreachable_hub_dataset_is_a_user_error():
     with pytest.raises(UserError, match="cannot load hub dataset"):
         _load(hub="surely-not/a-dataset-here", split="train")

@@ -13,6 +13,7 @@ import pytest
 
 from seq2seq.demo_corpus import (
     age_pair,
+    bare_pair,
     birth_pair,
     counting_pair,
     english_number,
@@ -363,13 +364,43 @@ def test_unknown_words_are_rejected_with_the_known_choices() -> None:
 # --------------------------------------------------------------------------- generation
 
 
+@pytest.mark.parametrize(
+    "kind, args, english, french",
+    [
+        ("number", (371,), "three hundred and seventy-one", "trois cent soixante et onze"),
+        ("number", (80,), "eighty", "quatre-vingts"),
+        (
+            "date",
+            (1, 5, 1980),
+            "the first of May nineteen eighty",
+            "le premier mai mille neuf cent quatre-vingt",
+        ),
+        ("date", (14, 7), "the fourteenth of July", "le quatorze juillet"),
+        ("price", (12, 50), "twelve euros and fifty cents", "douze euros et cinquante centimes"),
+        ("price", (1, 0), "one euro", "un euro"),
+        ("time", (5, 15), "a quarter past five", "cinq heures et quart"),
+        ("time", (12, 0), "noon", "midi"),
+    ],
+)
+def test_bare_numbers_dates_prices_and_times(kind, args, english, french) -> None:
+    assert bare_pair(kind, *args) == (english, french)
+
+
 def test_generated_sentences_are_well_formed() -> None:
+    bare = 0
     for english, french in generate_pairs(3000, seed=7):
+        # A bare number, date, price or time (as typed, no sentence around it) ends without a
+        # full stop, and starts with a capital in both languages or in neither.
+        is_bare = not english.endswith(".")
+        bare += is_bare
+        assert english[0].isupper() == french[0].isupper()
         for sentence in (english, french):
-            assert sentence[0].isupper() and sentence.endswith(".")
+            assert sentence.endswith(".") != is_bare
+            assert is_bare or sentence[0].isupper()
             assert "\t" not in sentence and "\n" not in sentence and "  " not in sentence
         # "je" elides before a vowel (j'ai, j'achète) but dates never do ("le onze", "le huit").
         assert not re.search(r"\bJe [aeiouéèêh]", french), french
+    assert 0.08 < bare / 3000 < 0.18  # about one line in eight
 
 
 def test_generated_sample_shows_agreement_in_context() -> None:

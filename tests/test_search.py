@@ -82,8 +82,9 @@ def _reference_beam_search(model, src_row, k, cap, alpha, norm="gnmt"):
     """fairseq's and HF's beam search for one sentence, written plainly on the uncached model.
 
     Every step ranks all continuations of the open hypotheses; an EOS among the first k ranks
-    is finished (while fewer than k are), the first k that do not end go on; the sentence ends
-    with k finished hypotheses or at the cap, where each open hypothesis can only end.
+    joins the finished ones, of which the best k by normalised score are kept; the first k that
+    do not end go on; the sentence ends with k finished hypotheses or at the cap, where each open
+    hypothesis can only end.
     """
     beams, finished = [([], 0.0)], []
     for t in range(cap):
@@ -101,13 +102,14 @@ def _reference_beam_search(model, src_row, k, cap, alpha, norm="gnmt"):
         beams = []
         for rank, (logp, tokens, token) in enumerate(candidates):
             if token == EOS_ID:
-                if rank < k and len(finished) < k:
+                if rank < k:
                     finished.append((tokens, logp / length_penalty(t + 1, alpha, norm), logp))
             elif len(beams) < k:
                 beams.append((tokens + [token], logp))
+        finished = sorted(finished, key=lambda f: -f[1])[:k]
         if len(finished) >= k or not beams:
             break
-    return sorted(finished, key=lambda f: -f[1])
+    return finished
 
 
 @settings(max_examples=30, deadline=None)
