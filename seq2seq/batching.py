@@ -16,13 +16,17 @@ from .tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 @dataclass
 class Batch:
-    """Padded source and target tensors with their masks (True = a real token may be attended)."""
+    """Padded source and target tensors and the source mask (True = a real token).
+
+    No [B, T, T] target mask: the decoder's causal path is exact for every real target position
+    (only padding comes after it), and the loss ignores padded ones; `no_peek_mask` builds the
+    full mask where one is wanted.
+    """
 
     src: torch.Tensor  # [B, S] source ids, EOS-terminated, PAD-padded
     tgt_in: torch.Tensor  # [B, T] BOS + target: the decoder's input
     tgt_out: torch.Tensor  # [B, T] target + EOS: what it must predict (PAD where padded)
     src_mask: torch.Tensor  # [B, S] key-padding mask for encoder and cross-attention
-    tgt_mask: torch.Tensor  # [B, T, T] no-peek mask combined with target padding
 
     @property
     def ntokens(self) -> int:
@@ -37,7 +41,7 @@ class Batch:
         return Batch(*(t.pin_memory() for t in self._tensors()))
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.src, self.tgt_in, self.tgt_out, self.src_mask, self.tgt_mask)
+        return (self.src, self.tgt_in, self.tgt_out, self.src_mask)
 
 
 def pad(
@@ -75,7 +79,7 @@ def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) 
     src = pad(src_ids)
     tgt_in = pad(tgt_ids, prefix=BOS_ID)
     tgt_out = pad(tgt_ids, suffix=EOS_ID)
-    return Batch(src, tgt_in, tgt_out, padding_mask(src), no_peek_mask(tgt_in))
+    return Batch(src, tgt_in, tgt_out, padding_mask(src))
 
 
 def token_budget_batches(

@@ -187,8 +187,11 @@ class TrainConfig(_Strict):
         500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
     )
     device: str = Field("auto", description="`auto` (CUDA when present), `cpu`, `cuda`, `cuda:N`.")
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = Field(
-        "auto", description="`auto`: bf16 on CUDA when supported, else fp16; fp32 on CPU."
+    precision: Literal["auto", "fp32", "tf32", "bf16", "fp16"] = Field(
+        "auto",
+        description="`auto`: bf16 autocast on CUDA when supported, else fp16; fp32 on CPU. "
+        "`fp32` is exact float32 (no TF32); `tf32` is float32 with TensorFloat-32 matmuls on "
+        "CUDA; with `bf16`/`fp16` autocast, what stays in float32 may use TF32.",
     )
     threads: PositiveInt | None = Field(None, description="CPU threads for torch (default: all).")
     compile: bool = Field(False, description="`torch.compile` the model (dynamic shapes).")

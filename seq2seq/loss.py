@@ -39,18 +39,25 @@ def _chunk_rows(hidden: torch.Tensor, vocab: int) -> int:
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Σ_rows CE_ε(softmax(hidden · weightᵀ), target), gradients computed chunk by chunk."""
+    """Σ_rows CE_ε(softmax(hidden · weightᵀ), target), gradients computed chunk by chunk.
+
+    Every matmul runs in `compute` (the autocast dtype, else the inputs' own), with the logits,
+    the softmax and the weight gradient's sum over chunks in float32.
+    """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, smoothing, needs_grad):
+    def forward(ctx, hidden, weight, target, smoothing, needs_grad, compute):
         rows, vocab = hidden.size(0), weight.size(0)
         chunk = _chunk_rows(hidden, vocab)
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
         grad_hidden = torch.empty_like(hidden) if needs_grad else None
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
+        # Cast once, outside the chunk loop (the weight is the large one).
+        h_all, w = hidden.to(compute), weight.to(compute)
+        accumulate_in_place = compute == torch.float32
         for start in range(0, rows, chunk):
-            h, t = hidden[start : start + chunk], target[start : start + chunk, None]
-            z = (h @ weight.T).float()  # autocast runs the matmul in bf16/fp16 on a GPU
+            h, t = h_all[start : start + chunk], target[start : start + chunk, None]
+            z = (h @ w.T).float()
             lse = torch.logsumexp(z, dim=1)
             # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution.
             row_loss = lse - (1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
@@ -60,12 +67,13 @@ class _LinearCrossEntropy(torch.autograd.Function):
             # ∂CE_ε/∂z = softmax(z) − (1−ε)·onehot(y) − ε/V, built in place in the logits.
             z.sub_(lse[:, None]).exp_().sub_(smoothing / vocab)
             z.scatter_add_(1, t, z.new_full(t.shape, -(1 - smoothing)))
-            if z.dtype == weight.dtype == h.dtype:
-                torch.mm(z, weight, out=grad_hidden[start : start + chunk])
+            if accumulate_in_place:  # no temporaries: write and add straight into the results
+                torch.mm(z, w, out=grad_hidden[start : start + chunk])
                 grad_weight.addmm_(z.T, h)
-            else:  # autocast: matmuls in the low-precision dtype, accumulation in float32
-                grad_hidden[start : start + chunk] = z @ weight
-                grad_weight += (z.T @ h).float()
+            else:  # bf16/fp16 matmuls; the sum over chunks in float32
+                g = z.to(compute)
+                grad_hidden[start : start + chunk] = g @ w
+                grad_weight += (g.T @ h).float()
         ctx.save_for_backward(grad_hidden, grad_weight)
         ctx.weight_dtype = weight.dtype
         return loss
@@ -79,6 +87,7 @@ class _LinearCrossEntropy(torch.autograd.Function):
             None,
             None,
             None,
+            None,
         )
 
 
@@ -86,9 +95,17 @@ class _LinearCrossEntropy(torch.autograd.Function):
 def linear_cross_entropy(
     hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float
 ) -> torch.Tensor:
-    """Sum of label-smoothed cross-entropy of `hidden @ weight.T` against `target` (no padding)."""
+    """Sum of label-smoothed cross-entropy of `hidden @ weight.T` against `target` (no padding).
+
+    Under autocast the matmuls run in the autocast dtype, as the rest of the model's do.
+    """
     needs_grad = torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad)
-    return _LinearCrossEntropy.apply(hidden, weight, target, smoothing, needs_grad)
+    device = hidden.device.type
+    compute = hidden.dtype
+    if torch.is_autocast_enabled(device):
+        compute = torch.get_autocast_dtype(device)
+    with torch.autocast(device, enabled=False):  # dtypes are chosen explicitly inside
+        return _LinearCrossEntropy.apply(hidden, weight, target, smoothing, needs_grad, compute)
 
 
 class TranslationLoss(nn.Module):

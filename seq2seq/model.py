@@ -2,7 +2,8 @@
 
 Section numbers (§) refer to the paper. Masks are boolean, True where attention is allowed:
 `src_mask` [B, S] marks real source tokens; `tgt_mask` [B, T, T] is the no-peek mask combined
-with target padding (see batching.py). The decoder returns logits; softmax lives in the loss.
+with target padding (batching.no_peek_mask), or None for the causal mask alone, which is exact
+for every real position. The decoder returns logits; softmax lives in the loss.
 """
 
 from __future__ import annotations
@@ -393,7 +394,9 @@ class Transformer(nn.Module):
         """An empty cache for `beam` hypotheses per sentence; cross keys/values computed once."""
         cross = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder_layers]
         heads = self.cfg.heads
-        empty = memory.new_zeros(memory.size(0) * beam, heads, 0, self.cfg.d_model // heads)
+        # In the dtype the projections compute in (bf16 under autocast; `memory` leaves a
+        # LayerNorm in float32), so the self-attention cache never holds or promotes to more.
+        empty = cross[0][0].new_zeros(memory.size(0) * beam, heads, 0, self.cfg.d_model // heads)
         n = len(self.decoder_layers)
         return DecoderCache(
             [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask, beam
@@ -417,7 +420,7 @@ class Transformer(nn.Module):
         src: torch.Tensor,
         tgt_in: torch.Tensor,
         src_mask: torch.Tensor,
-        tgt_mask: torch.Tensor,
+        tgt_mask: torch.Tensor | None,
     ) -> torch.Tensor:
         memory = self.encode(src, src_mask)
         return self.logits(self.decoder_states(tgt_in, memory, src_mask, tgt_mask))

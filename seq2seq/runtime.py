@@ -21,8 +21,8 @@ def resolve_device(name: str) -> torch.device:
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The autocast dtype for a precision setting, or None for plain float32."""
-    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+    """The autocast dtype for a precision setting, or None for plain float32 (or TF32)."""
+    if precision in ("fp32", "tf32") or (precision == "auto" and device.type != "cuda"):
         return None
     if precision == "auto":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -31,11 +31,13 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
-def fast_math(device: torch.device) -> None:
-    """On CUDA let float32 matmuls use TF32 tensor cores (what is left outside autocast)."""
+def fast_math(device: torch.device, precision: str) -> None:
+    """TF32 tensor cores for float32 matmuls on CUDA only when `precision` asks for them:
+    `tf32`, or autocast (`auto`, `bf16`, `fp16`) for what stays outside it; `fp32` is exact."""
     if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
+        allow = precision != "fp32"
+        torch.backends.cuda.matmul.allow_tf32 = allow
+        torch.backends.cudnn.allow_tf32 = allow
 
 
 def set_threads(threads: int | None) -> None:

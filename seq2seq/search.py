@@ -63,7 +63,7 @@ def _start(model, src, src_mask, a: float, b: int, beam: int = 1):
 
 
 def _next_token_scores(
-    model: Transformer, ids: torch.Tensor, cache: DecoderCache
+    model: Transformer, ids: torch.Tensor, cache: DecoderCache, never: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits of the next token (PAD and BOS at -inf) and their log-normaliser, per row.
 
@@ -72,7 +72,7 @@ def _next_token_scores(
     """
     logits = model.decode_step(ids, cache).float()
     norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
-    logits[:, NEVER_GENERATED] = -math.inf  # padding and BOS are never outputs
+    logits.index_fill_(1, never, -math.inf)  # padding and BOS are never outputs
     return logits, norm
 
 
@@ -94,13 +94,14 @@ def greedy(
     """The most probable next token at every step, one hypothesis per sentence."""
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b)
     n, steps = src.size(0), int(limits.max())
+    never = torch.tensor(NEVER_GENERATED, device=src.device)  # on the device once, not per step
     tokens = torch.full((n, steps), EOS_ID, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(n, device=src.device)
     lengths = limits.clone()
     alive = torch.arange(n, device=src.device)  # sentences still decoding, by original index
     ids = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
     for t in range(steps):
-        logits, norm = _next_token_scores(model, ids, cache)
+        logits, norm = _next_token_scores(model, ids, cache, never)
         # A sentence at its length cap may only end.
         next_ids = torch.where(t + 1 >= limits[alive], EOS_ID, logits.argmax(dim=-1))
         tokens[alive, t] = next_ids
@@ -154,6 +155,7 @@ def beam_search(
     batch, k = src.size(0), beam
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     steps = int(limits.max())
+    never = torch.tensor(NEVER_GENERATED, device=device)
     # The k best finished hypotheses of each sentence, by original index, best first
     # (-inf: an empty slot).
     done_score = torch.full((batch, k), -math.inf, device=device)
@@ -168,7 +170,7 @@ def beam_search(
     ids = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
     for t in range(steps):
         n = active.numel()
-        logits, norm = _next_token_scores(model, ids, cache)
+        logits, norm = _next_token_scores(model, ids, cache, never)
         # The best 2k of a sentence's k·V continuations are among each beam's own best 2k.
         width = min(2 * k, logits.size(-1))
         row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first

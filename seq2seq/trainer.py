@@ -78,7 +78,7 @@ def _train(
 ) -> TrainState:
     tc = cfg.train
     amp_dtype = autocast_dtype(device, tc.precision)
-    fast_math(device)
+    fast_math(device, tc.precision)
     set_threads(tc.threads)
     with distributed.main_first(info):
         latest, reuse_tokenizer, changes = prepare_run_dir(
@@ -143,7 +143,10 @@ def _train(
     net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing)
     if info.enabled:
         net = DistributedDataParallel(
-            net, device_ids=[device.index] if device.type == "cuda" else None
+            net,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            # The only buffer is the fixed sinusoid table: nothing to broadcast every forward.
+            broadcast_buffers=False,
         )
     if tc.compile:
         # Automatic dynamic shapes: after the first new batch shape, lengths become symbolic,
@@ -569,7 +572,7 @@ def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dic
         tokens += batch.ntokens
         batch = batch.to(device)
         with autocast():
-            logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, None)  # causal: exact
         loss += label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing).item()
         nll += label_smoothed_loss(logits, batch.tgt_out, 0.0).item()
     model.train(was_training)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.batching import collate
+from seq2seq.batching import collate, no_peek_mask
 from seq2seq.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
 from seq2seq.model import Transformer
 from seq2seq.schedule import inverse_sqrt, inverse_sqrt_scheduler
@@ -81,7 +81,7 @@ def test_fused_output_layer_and_loss_equal_the_reference_in_value_and_gradient(r
 def test_translation_loss_is_the_summed_smoothed_loss_of_the_models_logits(tiny_model_config):
     model = Transformer(tiny_model_config, 50, 50, joint_vocab=True).eval()
     batch = collate([[5, 6, 7, 2], [8, 2]], [[10, 11, 12], [13]])
-    logits = model(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    logits = model(batch.src, batch.tgt_in, batch.src_mask, no_peek_mask(batch.tgt_in))
     expected = label_smoothed_loss(logits, batch.tgt_out, 0.1)
     got = TranslationLoss(model, 0.1)(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask)
     assert torch.allclose(got, expected, rtol=1e-5)
