@@ -160,15 +160,18 @@ def test_cached_decoding_under_autocast_matches_recomputing_the_prefix():
 @pytest.mark.parametrize(
     "precision, tf32", [("fp32", False), ("tf32", True), ("bf16", True), ("auto", True)]
 )
-def test_tf32_only_when_the_precision_setting_asks_for_it(precision, tf32, monkeypatch):
+def test_tf32_only_when_the_precision_setting_asks_for_it(precision, tf32):
     from seq2seq.runtime import autocast_dtype, fast_math
 
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", not tf32)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", not tf32)
-    fast_math(torch.device("cuda"), precision)
-    assert torch.backends.cuda.matmul.allow_tf32 is tf32
-    assert torch.backends.cudnn.allow_tf32 is tf32
-    fast_math(torch.device("cpu"), "fp32")  # nothing to switch on a CPU
-    assert torch.backends.cuda.matmul.allow_tf32 is tf32
+    matmul, cudnn = torch.backends.cuda.matmul, torch.backends.cudnn
+    saved = matmul.allow_tf32, cudnn.allow_tf32
+    try:
+        matmul.allow_tf32 = cudnn.allow_tf32 = not tf32
+        fast_math(torch.device("cuda"), precision)
+        assert matmul.allow_tf32 is tf32 and cudnn.allow_tf32 is tf32
+        fast_math(torch.device("cpu"), "fp32")  # nothing to switch on a CPU
+        assert matmul.allow_tf32 is tf32
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = saved
     if precision in ("fp32", "tf32"):
         assert autocast_dtype(torch.device("cuda"), precision) is None
