@@ -2,7 +2,7 @@ PYTHON ?= python
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-gpu
+.PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-gpu gpu-check
 
 install:  ## editable install with dev tools; torch pinned to the local CPU wheel
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
@@ -41,3 +41,6 @@ bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
 bench-gpu:  ## tokens/s and MFU of the base shape on synthetic batches (GPU)
 	$(PYTHON) scripts/bench_gpu.py
 	$(PYTHON) scripts/bench_gpu.py --compile
+
+gpu-check:  ## on a CUDA machine: the `cuda` tests, then training (MFU) and decoding figures as one Markdown block; without CUDA, one line and exit 0
+	$(PYTHON) scripts/gpu_check.py $(GPU_CHECK)

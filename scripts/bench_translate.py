@@ -79,9 +79,18 @@ def speed(hyps: list[str], refs: list[str], times: list[float], tokenizer) -> di
 
 
 def decode_exported_ct2(
-    run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
+    run: Path,
+    src: list[str],
+    refs: list[str],
+    threads: int,
+    repeats: int,
+    out: Path,
+    device: str = "cpu",
+    compute_type: str = "default",
+    export: bool = True,
 ) -> dict | None:
-    """`seq2seq export --format ctranslate2` of the project's run, decoded as the peers do."""
+    """`seq2seq export --format ctranslate2` of the project's run (into OUT/seq2seq-ct2, or the
+    export already there with `export=False`), decoded as the peers do."""
     try:
         import ctranslate2
     except ImportError:
@@ -92,12 +101,16 @@ def decode_exported_ct2(
     from seq2seq.translator import load_translator
 
     folder = out / "seq2seq-ct2"
-    if folder.exists():
-        shutil.rmtree(folder)
-    export_ctranslate2(run, folder)
+    if export or not (folder / "model.bin").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        export_ctranslate2(run, folder)
     tok = load_translator(run, device="cpu")[0].tokenizer
     model = ctranslate2.Translator(
-        str(folder), device="cpu", inter_threads=1, intra_threads=threads
+        str(folder),
+        device=device,
+        compute_type=compute_type,
+        inter_threads=1,
+        intra_threads=threads,
     )
     results = {}
     for beam in BEAMS:
@@ -133,25 +146,39 @@ def run_alpha(run: Path) -> float:
 
 
 def decode_project(
-    run: Path, src: list[str], refs: list[str], threads: int, repeats: int, out: Path
+    run: Path,
+    src: list[str],
+    refs: list[str],
+    threads: int,
+    repeats: int,
+    out: Path,
+    device: str = "cpu",
 ) -> dict:
-    """Greedy and beam-4 decoding of `src` by the project, timed in this process."""
+    """Greedy and beam-4 decoding of `src` by the project, timed in this process (on a GPU in
+    its default precision, bf16 autocast)."""
     import torch
 
     torch.set_num_threads(threads)
     from seq2seq.translator import load_translator
 
+    def wait() -> None:
+        if device != "cpu":
+            torch.cuda.synchronize()
+
     results = {}
     for beam in BEAMS:
         decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
-        decode["length_norm"] = (
-            "length"  # HF's and CTranslate2's normalisation, for the same search
-        )
-        translator, _ = load_translator(run, device="cpu", decode_overrides=decode)
+        # HF's and CTranslate2's normalisation, so that all run the same search.
+        decode["length_norm"] = "length"
+        translator, _ = load_translator(run, device=device, decode_overrides=decode)
+        if device != "cpu":
+            translate_as_peers_do(translator, src[:BATCH])  # kernels loaded before timing
         times = []
         for _ in range(repeats):
+            wait()
             start = time.perf_counter()
             hyps = translate_as_peers_do(translator, src)
+            wait()
             times.append(time.perf_counter() - start)
         mode = "greedy" if beam == 1 else f"beam{beam}"
         (out / f"seq2seq.{mode}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
