@@ -241,6 +241,7 @@ def evaluate(
       seq2seq evaluate --run runs/new --json new.json --baseline old.json --fail-on-regression
     """
     from .config import CorpusConfig
+    from .evaluate import describe_lengths
     from .evaluate import evaluate as run_evaluation
 
     if fail_on_regression and baseline is None:
@@ -264,6 +265,7 @@ def evaluate(
     print(f"  {report['bleu_detail']}")
     print(f"chrF2 = {report['chrf']:.2f}  {report['chrf_signature']}")
     print(f"TER = {report['ter']:.2f}  {report['ter_signature']}")
+    print(describe_lengths(report["length"]))
     log.info(
         "%d sentences; hypotheses in %s, report in %s",
         report["sentences"],

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from .config import CorpusConfig, load_run_config
 from .data import load_corpus, read_lines
@@ -109,6 +110,56 @@ def paired_bootstrap(
     )
 
 
+# Source lengths (words) that under-translation is reported by: it grows with length.
+LENGTH_BUCKETS = ((0, 10), (10, 20), (20, 30), (30, 50), (50, None))
+
+
+def length_report(
+    sources: list[str], hypotheses: list[str], references: list[str]
+) -> dict[str, Any]:
+    """Output length against the references: overall, by source length, and how often an
+    output is shorter than half its reference (a sentence lost, usually).
+
+    Lengths are sacrebleu's 13a tokens, so `ratio` is BLEU's hyp_len / ref_len.
+    """
+    tokenize = Tokenizer13a()
+    hyp = [len(tokenize(h).split()) for h in hypotheses]
+    ref = [len(tokenize(r).split()) for r in references]
+    words = [len(s.split()) for s in sources]
+    buckets = []
+    for low, high in LENGTH_BUCKETS:
+        rows = [i for i, n in enumerate(words) if n >= low and (high is None or n < high)]
+        if not rows:
+            continue
+        ref_len = sum(ref[i] for i in rows)
+        buckets.append(
+            {
+                "source_words": f"{low}-{high - 1}" if high else f"{low}+",
+                "sentences": len(rows),
+                "ratio": sum(hyp[i] for i in rows) / ref_len if ref_len else None,
+            }
+        )
+    short = sum(h < 0.5 * r for h, r in zip(hyp, ref))
+    return {
+        "ratio": sum(hyp) / max(sum(ref), 1),
+        "by_source_length": buckets,
+        "shorter_than_half": short / max(len(hyp), 1),
+    }
+
+
+def describe_lengths(report: dict[str, Any]) -> str:
+    """The length report as one line."""
+    parts = ", ".join(
+        f"{b['source_words']} {b['ratio']:.2f} ({b['sentences']})"
+        for b in report["by_source_length"]
+        if b["ratio"] is not None
+    )
+    return (
+        f"length ratio {report['ratio']:.3f}; by source words: {parts}; "
+        f"{100 * report['shorter_than_half']:.1f}% of outputs shorter than half their reference"
+    )
+
+
 def _fingerprint(lines: list[str]) -> str:
     h = hashlib.sha256()
     for line in lines:
@@ -193,6 +244,7 @@ def evaluate(
         "chrf_signature": s.chrf_signature,
         "ter": s.ter,
         "ter_signature": s.ter_signature,
+        "length": length_report(sources, hypotheses, references),
         "decoding": {
             "search": "greedy" if translator.decode.beam_size == 1 else "beam",
             **translator.decode.model_dump(),

@@ -90,9 +90,11 @@ def test_evaluate_scores_the_test_split_and_gates_on_min_bleu(trained):
     proc = seq2seq("evaluate", "--run", str(run), "--split", "test", "--output-dir", str(out))
     assert "BLEU = " in proc.stdout and "nrefs:1|case:mixed" in proc.stdout
     assert "chrF2 = " in proc.stdout
+    assert "length ratio " in proc.stdout and "shorter than half their reference" in proc.stdout
     report = json.loads((out / "test.json").read_text())
     assert report["bleu"] > LEARNED_BLEU
     assert report["sentences"] == 300
+    assert 0.9 < report["length"]["ratio"] < 1.1 and report["length"]["by_source_length"]
     assert len((out / "test.hyp").read_text().splitlines()) == 300
 
     gate = seq2seq(

@@ -8,7 +8,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from seq2seq.evaluate import paired_bootstrap, score
+from seq2seq.evaluate import describe_lengths, length_report, paired_bootstrap, score
 
 
 def _corpus(seed: int, n: int = 300):
@@ -70,3 +70,20 @@ def test_scores_carry_bleu_chrf_and_ter_signatures():
     assert 0 < s.bleu < 100 and 0 < s.chrf < 100 and s.ter > 0
     assert "tok:13a" in s.bleu_signature and "nc:6" in s.chrf_signature
     assert "case:lc" in s.ter_signature
+
+
+def test_length_report_shows_under_translation_by_source_length():
+    sources = ["a b c", "a " * 12, "a " * 25, "a " * 40]
+    references = ["x y z w", "x " * 10, "x " * 20, "x " * 40]
+    # The long ones lose half: as a model that drops a line's second sentence does.
+    hypotheses = ["x y z w", "x " * 10, "x " * 9, "x " * 20]
+    report = length_report(sources, hypotheses, references)
+    assert report["ratio"] == pytest.approx(43 / 74)
+    by = {b["source_words"]: b for b in report["by_source_length"]}
+    assert by["0-9"]["ratio"] == 1.0 and by["10-19"]["ratio"] == 1.0
+    assert by["20-29"]["ratio"] == pytest.approx(0.45) and by["30-49"]["ratio"] == 0.5
+    assert "50+" not in by  # no such sources
+    assert report["shorter_than_half"] == 0.25  # 9 of 20; 20 of 40 is not shorter
+    line = describe_lengths(report)
+    assert line.startswith("length ratio 0.581; by source words: 0-9 1.00 (1)")
+    assert line.endswith("25.0% of outputs shorter than half their reference")
