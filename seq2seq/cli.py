@@ -173,13 +173,16 @@ def _dry_run(cfg) -> None:
         print("  " + line)
 
 
-def _decode_options(beam_size, nbest, length_penalty, batch_size, max_tokens) -> dict:
+def _decode_options(
+    beam_size, nbest, length_penalty, batch_size, max_tokens, split_sentences=None
+) -> dict:
     return {
         "beam_size": beam_size,
         "nbest": nbest,
         "length_penalty": length_penalty,
         "batch_size": batch_size,
         "max_tokens": max_tokens,
+        "split_sentences": split_sentences,
     }
 
 
@@ -192,6 +195,14 @@ LengthPenalty = Annotated[
 BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
 MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+SplitSentences = Annotated[
+    bool | None,
+    typer.Option(
+        "--split-sentences/--no-split-sentences",
+        help="Decode a line of several sentences sentence by sentence (default: the run's "
+        "decode.split_sentences, on).",
+    ),
+]
 Checkpoint = Annotated[
     Path | None, typer.Option(help="Weights to use (default: best, else latest).")
 ]
@@ -215,6 +226,7 @@ def evaluate(
     length_penalty: LengthPenalty = None,
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
+    split_sentences: SplitSentences = None,
     device: Device = "auto",
     output_dir: Annotated[
         Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
@@ -247,7 +259,9 @@ def evaluate(
     if fail_on_regression and baseline is None:
         raise UserError("--fail-on-regression needs --baseline OLD_REPORT.json")
     hub_spec = CorpusConfig(hub=hub, hub_config=hub_config, split=hub_split) if hub else None
-    decode = _decode_options(beam_size, None, length_penalty, batch_size, max_tokens)
+    decode = _decode_options(
+        beam_size, None, length_penalty, batch_size, max_tokens, split_sentences
+    )
     report = run_evaluation(
         run,
         split,
@@ -312,6 +326,7 @@ def translate(
     length_penalty: LengthPenalty = None,
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
+    split_sentences: SplitSentences = None,
     device: Device = "auto",
     errors: Annotated[
         str,
@@ -335,7 +350,9 @@ def translate(
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if errors not in ("strict", "replace"):
         raise UserError(f"--errors must be strict or replace, not {errors!r}")
-    decode = _decode_options(beam_size, nbest, length_penalty, batch_size, max_tokens)
+    decode = _decode_options(
+        beam_size, nbest, length_penalty, batch_size, max_tokens, split_sentences
+    )
     translator, _ = load_translator(run, checkpoint, device, decode)
     translate_files(translator, input, output, errors)
 

@@ -216,6 +216,11 @@ class DecodeConfig(_Strict):
         "`length` len^α, as fairseq, Hugging Face and Marian.",
     )
     nbest: PositiveInt = Field(1, description="Hypotheses returned per sentence (≤ beam_size).")
+    split_sentences: bool = Field(
+        True,
+        description="Decode a line of several sentences sentence by sentence and join the "
+        "translations (one output line per input line still; not with nbest > 1).",
+    )
 
     max_len_a: Annotated[float, Field(ge=0.0)] = Field(
         1.0, description="Output length cap is `a × source length + b` tokens."

@@ -201,7 +201,9 @@ class _Loop:
         self.metrics = metrics
         # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost.
         greedy = cfg.decode.model_copy(update={"beam_size": 1, "nbest": 1})
-        self.translator = Translator(model, data.tokenizer, greedy, device, amp_dtype)
+        self.translator = Translator(
+            model, data.tokenizer, greedy, device, amp_dtype, cfg.data.src_lang
+        )
         self.src_lens, self.tgt_lens = lengths(data.train)  # tgt_len: target tokens + EOS
         self.token_ds = data.train.select_columns(["src_ids", "tgt_ids"])
         cuda = device.type == "cuda"

@@ -14,7 +14,8 @@ from .config import DecodeConfig, ModelConfig, load_run_config, with_changes
 from .errors import UserError
 from .model import Transformer
 from .runtime import autocast_dtype, resolve_device
-from .search import SearchError, beam_search, greedy
+from .search import Hypothesis, SearchError, beam_search, greedy, length_penalty
+from .sentences import split_sentences
 from .tokenizer import EOS_ID, Tokenizer, load_tokenizer
 
 log = logging.getLogger(__name__)
@@ -26,7 +27,12 @@ def build_model(cfg: ModelConfig, tokenizer: Tokenizer) -> Transformer:
 
 
 class Translator:
-    """Translates lists of lines in length-sorted batches; one result per input, always."""
+    """Translates lists of lines in length-sorted batches; one result per input, always.
+
+    With `decode.split_sentences`, a line of several sentences is decoded sentence by sentence
+    and its translations joined (their tokens concatenated, so the target SentencePiece model
+    puts the space between them).
+    """
 
     def __init__(
         self,
@@ -35,9 +41,10 @@ class Translator:
         decode: DecodeConfig,
         device: torch.device,
         amp_dtype: torch.dtype | None = None,
+        src_lang: str = "en",
     ):
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
-        self.device, self.amp_dtype = device, amp_dtype
+        self.device, self.amp_dtype, self.src_lang = device, amp_dtype, src_lang
         self.max_src_len = model.cfg.max_positions
 
     def translate(self, lines: list[str]) -> list[str]:
@@ -45,19 +52,43 @@ class Translator:
         return [best[0][0] for best in self.translate_nbest(lines)]
 
     def translate_nbest(self, lines: list[str]) -> list[list[tuple[str, float]]]:
-        """The `decode.nbest` best (text, score) pairs of each line, best first."""
+        """The `decode.nbest` best (text, score) pairs of each line, best first.
+
+        An n-best list (nbest > 1) is of whole lines: such lines are never split.
+        """
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
         todo = [i for i, line in enumerate(lines) if line.strip()]
-        ids = self.tokenizer.encode_src([lines[i].strip() for i in todo])
+        split = self.decode.split_sentences and self.decode.nbest == 1
+        segments, owner = [], []  # what is decoded, and the line each piece belongs to
+        for i in todo:
+            parts = split_sentences(lines[i].strip(), self.src_lang) if split else [lines[i]]
+            segments += [p.strip() for p in parts]
+            owner += [i] * len(parts)
+        found = self._search(segments, owner)
+        by_line: dict[int, list[list[Hypothesis]]] = {}
+        for i, hyps in zip(owner, found):
+            by_line.setdefault(i, []).append(hyps)
+        alpha, norm = self.decode.length_penalty, self.decode.length_norm
+        for i, pieces in by_line.items():
+            hyps = pieces[0] if len(pieces) == 1 else [_joined([p[0] for p in pieces], alpha, norm)]
+            texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
+            # Never a newline inside an output line.
+            out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
+        return out
+
+    def _search(self, segments: list[str], owner: list[int]) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
+        ids = self.tokenizer.encode_src(segments)
         for j, seq in enumerate(ids):
             if len(seq) > self.max_src_len:
                 log.warning(
                     "input line %d has %d tokens; truncated to the model's maximum of %d",
-                    todo[j] + 1,
+                    owner[j] + 1,
                     len(seq),
                     self.max_src_len,
                 )
                 ids[j] = seq[: self.max_src_len - 1] + [EOS_ID]
+        found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
         try:
@@ -65,16 +96,16 @@ class Translator:
                 try:
                     results = self._decode_batch([ids[j] for j in chunk])
                 except SearchError as e:
-                    lines = ", ".join(str(todo[chunk[i]] + 1) for i in e.sentences)
+                    bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
                     raise UserError(
                         f"the model's scores are not finite (NaN or infinite) for input line(s) "
-                        f"{lines}: no translation; is the checkpoint damaged?"
+                        f"{', '.join(map(str, bad))}: no translation; is the checkpoint damaged?"
                     ) from None
                 for j, hyps in zip(chunk, results):
-                    out[todo[j]] = hyps
+                    found[j] = hyps
         finally:
             self.model.train(was_training)
-        return out
+        return found
 
     def _batches(self, ids: list[list[int]]) -> list[list[int]]:
         """Indices in length order, cut by `batch_size` sentences and `max_tokens` tokens."""
@@ -95,7 +126,7 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, ids: list[list[int]]) -> list[list[tuple[str, float]]]:
+    def _decode_batch(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
         src = pad(ids).to(self.device)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
@@ -114,26 +145,27 @@ class Translator:
                     d.length_penalty,
                     d.length_norm,
                 )
-                nbest = [[h] for h in found]
-            else:
-                nbest = beam_search(
-                    self.model,
-                    src,
-                    padding_mask(src),
-                    d.beam_size,
-                    d.max_len_a,
-                    d.max_len_b,
-                    d.length_penalty,
-                    d.nbest,
-                    d.length_norm,
-                )
-        texts = self.tokenizer.decode_tgt([h.tokens for hyps in nbest for h in hyps])
-        out, at = [], 0
-        for hyps in nbest:
-            # Never a newline inside an output line.
-            out.append([(" ".join(t.split()), h.score) for t, h in zip(texts[at:], hyps)])
-            at += len(hyps)
-        return out
+                return [[h] for h in found]
+            return beam_search(
+                self.model,
+                src,
+                padding_mask(src),
+                d.beam_size,
+                d.max_len_a,
+                d.max_len_b,
+                d.length_penalty,
+                d.nbest,
+                d.length_norm,
+            )
+
+
+def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:
+    """One hypothesis of a line from those of its sentences: tokens in order, log-probabilities
+    summed, scored with the length penalty of the whole (each sentence's EOS counted)."""
+    tokens = [t for h in hyps for t in h.tokens]
+    log_prob = sum(h.log_prob for h in hyps)
+    length = sum(len(h.tokens) + 1 for h in hyps)
+    return Hypothesis(tokens, log_prob / length_penalty(length, alpha, norm), log_prob)
 
 
 def load_translator(
@@ -154,4 +186,5 @@ def load_translator(
     load_weights(model, path)
     model.eval()
     decode = with_changes(cfg.decode, decode_overrides or {})
-    return Translator(model, tokenizer, decode, dev, autocast_dtype(dev, "auto")), path
+    amp = autocast_dtype(dev, "auto")
+    return Translator(model, tokenizer, decode, dev, amp, cfg.data.src_lang), path

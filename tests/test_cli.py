@@ -104,9 +104,12 @@ def test_evaluate_scores_the_test_split_and_gates_on_min_bleu(trained):
 
 
 @pytest.mark.slow
-def test_translate_answers_bare_numbers_dates_and_prices(trained):
-    # What the demo invites users to type, without a sentence around it.
+def test_translate_answers_bare_numbers_dates_prices_and_lines_of_two_sentences(trained):
+    # What the demo invites users to type, without a sentence around it, or two at once.
     expected = {
+        "I have three cats. It is a quarter past five.": (
+            "J'ai trois chats. Il est cinq heures et quart."
+        ),
         "three hundred and seventy-one": "trois cent soixante et onze",
         "twelve euros and fifty cents": "douze euros et cinquante centimes",
         "the first of May nineteen eighty": "le premier mai mille neuf cent quatre-vingt",
