@@ -168,8 +168,9 @@ def decode_project(
     results = {}
     for beam in BEAMS:
         decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
-        # HF's and CTranslate2's normalisation, so that all run the same search.
+        # HF's and CTranslate2's normalisation and whole lines, so that all run the same search.
         decode["length_norm"] = "length"
+        decode["split_sentences"] = False
         translator, _ = load_translator(run, device=device, decode_overrides=decode)
         if device != "cpu":
             translate_as_peers_do(translator, src[:BATCH])  # kernels loaded before timing
