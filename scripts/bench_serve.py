@@ -1,0 +1,248 @@
+"""`seq2seq serve` under load: N concurrent HTTP clients, with and without dynamic batching.
+
+    python scripts/bench_serve.py                          # trains the small shape 10 min first
+    python scripts/bench_serve.py --run R --seconds 30     # reuse a trained run
+
+The server runs on loopback in its own process. For each N in --clients, N asyncio clients
+(httpx, one keep-alive connection each) send single sentences drawn from the valid set, each
+sending its next request as soon as its answer arrives, for --seconds; the first --warmup
+seconds are not counted. Reported: throughput in sentences/s, p50/p95/p99 latency and the mean
+batch size (lines per decode call, read from the server's /metrics). The same is measured with
+batching switched off (`serve --no-batching`: one request at a time), and against
+`seq2seq translate` on the same sentences in one process (its own timing of the job, model
+loading excluded), all with the same beam size. The load generator shares the machine's cores
+with the server, as a client on the same host would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import REPO, SHARED, bench_env, train_project
+
+# `seq2seq translate`'s job in one process: a first, untimed pass warms the allocator and
+# kernels up (the server gets its warm-up requests too), then each pass is timed.
+TRANSLATE_JOB = """
+import sys, time
+from pathlib import Path
+from seq2seq.runtime import set_threads
+from seq2seq.translate import translate_files
+from seq2seq.translator import load_translator
+run, beam, threads, src, out, repeats = sys.argv[1:7]
+set_threads(int(threads))
+translator, _ = load_translator(Path(run), device="cpu", decode_overrides={"beam_size": int(beam)})
+translate_files(translator, Path(src), Path(out))
+for _ in range(int(repeats)):
+    start = time.perf_counter()
+    translate_files(translator, Path(src), Path(out))
+    print(time.perf_counter() - start)
+"""
+
+
+def translate_reference(run: Path, beam: int, sentences: list[str], args, env: dict) -> dict:
+    """`seq2seq translate`'s job (translate_files) on the sentences: median of timed passes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "in.en", Path(tmp) / "out.fr"
+        src.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-c", TRANSLATE_JOB, str(run), str(beam), str(args.threads)]
+            + [str(src), str(out), str(args.repeats)],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    times = [float(x) for x in done.stdout.split()]
+    seconds = statistics.median(times)
+    return {"sent_s": len(sentences) / seconds, "seconds": seconds, "times": times}
+
+
+class ServerProcess:
+    """`seq2seq serve` on a free loopback port, its log in a file."""
+
+    def __init__(self, run: Path, beam: int, options: list[str], env: dict, log: Path):
+        self.log = log
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "seq2seq", "serve", "--run", str(run), "--port", "0"]
+            + ["--device", "cpu", "--beam-size", str(beam), *options],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+        )
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            found = re.search(r"on (http://\S+:\d+)", log.read_text(errors="replace"))
+            if found:
+                self.url = found.group(1)
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.process.kill()
+        sys.exit(f"the server did not start; see {log}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+
+def batch_stats(metrics: str) -> tuple[float, float]:
+    """(sum, count) of the batch-size histogram in a /metrics text."""
+
+    def value(name: str) -> float:
+        found = re.search(rf"^{name} (\S+)$", metrics, re.M)
+        return float(found.group(1)) if found else 0.0
+
+    return value("seq2seq_batch_sentences_sum"), value("seq2seq_batch_sentences_count")
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float, warmup: float):
+    """N closed-loop clients for `seconds`; latencies of answers after the warm-up."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=600) as http:
+        await http.get("/ready")
+        before = batch_stats((await http.get("/metrics")).text)
+        start = time.perf_counter()
+        counted_from, end = start + warmup, start + seconds
+        latencies: list[float] = []
+        errors = 0
+        picks = iter(range(10**9))
+
+        async def client() -> None:
+            nonlocal errors
+            while time.perf_counter() < end:
+                text = sentences[next(picks) % len(sentences)]
+                sent = time.perf_counter()
+                answer = await http.post("/translate", json={"text": text})
+                done = time.perf_counter()
+                if answer.status_code != 200:
+                    errors += 1
+                elif sent >= counted_from and done <= end:
+                    latencies.append(done - sent)
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        after = batch_stats((await http.get("/metrics")).text)
+    window = seconds - warmup
+    batches = after[1] - before[1]
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {
+        "clients": clients,
+        "answered": len(latencies),
+        "errors": errors,
+        "sent_s": len(latencies) / window if window > 0 else float("nan"),
+        "p50_ms": q[49] * 1000,
+        "p95_ms": q[94] * 1000,
+        "p99_ms": q[98] * 1000,
+        "mean_batch": (after[0] - before[0]) / batches if batches else float("nan"),
+    }
+
+
+def bench_server(
+    run: Path, beam: int, options: list[str], sentences: list[str], args, env: dict, log: Path
+) -> list[dict]:
+    server = ServerProcess(run, beam, ["--threads", str(args.threads), *options], env, log)
+    rows = []
+    try:
+        # Warm-up requests: first-call costs (allocator, lazy imports) stay out of the figures.
+        asyncio.run(load(server.url, sentences, 4, 3.0, 0.0))
+        for n in args.clients:
+            row = asyncio.run(load(server.url, sentences, n, args.seconds, args.warmup))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    finally:
+        code = server.stop()
+    if code != 0:
+        sys.exit(f"the server exited with {code} after SIGTERM; see {log}")
+    return rows
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=SHARED / "data" / "enfr")
+    p.add_argument("--run", type=Path, help="a trained run (default: train the small shape)")
+    p.add_argument("--train-seconds", type=float, default=600.0)
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--seconds", type=float, default=30.0, help="load time per client count")
+    p.add_argument("--warmup", type=float, default=5.0, help="first seconds not counted")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--window-ms", type=float, default=5.0, help="the server's batching window")
+    p.add_argument("--sentences", type=int, default=256, help="valid lines used (the first N)")
+    p.add_argument("--repeats", type=int, default=3, help="runs of the translate reference")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-serve"))
+    args = p.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = bench_env(args.threads)
+    run = args.run
+    if run is None:
+        print(f"training the small shape for {args.train_seconds:.0f} s …", flush=True)
+        run = Path(train_project(args.data, args.out, args.train_seconds, args.threads, env)["run"])
+    valid = [x.strip() for x in (args.data / "valid.en").read_text("utf-8").splitlines()]
+    sentences = [x for x in valid if x][: args.sentences]
+    random.Random(1).shuffle(sentences)
+
+    print(f"seq2seq translate on {len(sentences)} sentences, beam {args.beam_size} …", flush=True)
+    reference = translate_reference(run, args.beam_size, sentences, args, env)
+    print(json.dumps(reference), flush=True)
+    window = ["--batch-window-ms", str(args.window_ms)]
+    print("server, batching on …", flush=True)
+    batched = bench_server(run, args.beam_size, window, sentences, args, env, args.out / "on.log")
+    print("server, batching off (--no-batching) …", flush=True)
+    single = bench_server(
+        run, args.beam_size, ["--no-batching"], sentences, args, env, args.out / "off.log"
+    )
+
+    print(f"\nbeam {args.beam_size}, {len(sentences)} valid sentences, {args.seconds:.0f} s a row")
+    print("| server | clients | sent/s | p50 ms | p95 ms | p99 ms | mean batch | errors |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, rows in (("batching on", batched), ("batching off", single)):
+        for r in rows:
+            print(
+                f"| {name} | {r['clients']} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | "
+                f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['mean_batch']:.1f} | {r['errors']} |"
+            )
+    print(f"| `seq2seq translate` (one process) | – | {reference['sent_s']:.1f} | | | | | |")
+    top_on, top_off = batched[-1], single[-1]
+    ratio_translate = top_on["sent_s"] / reference["sent_s"]
+    ratio_off = top_on["sent_s"] / top_off["sent_s"] if top_off["sent_s"] else float("inf")
+    print(
+        f"\nat {top_on['clients']} clients: {ratio_translate:.0%} of translate's throughput "
+        f"(target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
+    )
+    results = {
+        "run": str(run),
+        "beam_size": args.beam_size,
+        "sentences": len(sentences),
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "window_ms": args.window_ms,
+        "translate": reference,
+        "batching_on": batched,
+        "batching_off": single,
+        "ratio_translate": ratio_translate,
+        "ratio_unbatched": ratio_off,
+        "cpu_count": os.cpu_count(),
+    }
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    print(f"results in {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()
