@@ -92,9 +92,18 @@ class Server:
             raise
 
 
+MAX_LINES, MAX_QUEUE = 64, 128
+
+
 @pytest.fixture(scope="module")
 def server(run_dir, tmp_path_factory):
-    s = Server(run_dir, tmp_path_factory.mktemp("log") / "serve.log", "--batch-window-ms", "20")
+    """One server for most tests; its queue is small enough for a test to fill."""
+    s = Server(
+        run_dir,
+        tmp_path_factory.mktemp("log") / "serve.log",
+        *("--batch-window-ms", "20", "--max-request-lines", str(MAX_LINES)),
+        *("--max-queue", str(MAX_QUEUE), "--threads", "1"),
+    )
     yield s
     s.stop()
 
@@ -191,7 +200,7 @@ BAD_INPUTS = [
     ("beam_size a bool", b'{"text": "a", "beam_size": true}', 422, "beam_size"),
     ("nbest over beam_size", b'{"text": "a", "beam_size": 2, "nbest": 3}', 422, "nbest"),
     ("negative length_penalty", b'{"text": "a", "length_penalty": -1}', 422, "length_penalty"),
-    ("too many texts", json.dumps({"texts": ["a"] * 257}).encode(), 413, "texts"),
+    ("too many texts", json.dumps({"texts": ["a"] * (MAX_LINES + 1)}).encode(), 413, "texts"),
     ("too many bytes", json.dumps({"text": "a" * 1_000_001}).encode(), 413, "body"),
 ]
 
@@ -217,18 +226,27 @@ def test_unknown_paths_and_methods_answer_json_errors(server):
     assert server.client.get("/translate").status_code == 405
 
 
+LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
+
+
+def _when_decoding(server: Server, pending) -> None:
+    """Wait until the server reports a batch being decoded (and the request still pending)."""
+    while not server.metric("seq2seq_decoder_busy"):
+        assert not any(p.done() for p in pending), "the requests ended before seen decoding"
+        time.sleep(0.005)
+
+
 def test_health_answers_while_a_batch_decodes(server):
-    long_texts = [" ".join(TEXTS) * 3] * 256
-    with ThreadPoolExecutor(1) as pool:
-        slow = pool.submit(server.translate, texts=long_texts, beam_size=16)
-        while not server.metric("seq2seq_decoder_busy"):
-            assert not slow.done(), "the slow request ended before it was seen decoding"
-            time.sleep(0.01)
+    with ThreadPoolExecutor(2) as pool:
+        slow = [
+            pool.submit(server.translate, texts=[LONG] * MAX_LINES, beam_size=16) for _ in range(2)
+        ]
+        _when_decoding(server, slow)
         start = time.monotonic()
         assert server.client.get("/health").json() == {"status": "ok"}
         health_s = time.monotonic() - start
-        assert server.metric("seq2seq_decoder_busy") == 1 or slow.done()
-        assert slow.result().status_code == 200
+        assert server.metric("seq2seq_decoder_busy") == 1 or all(p.done() for p in slow)
+        assert all(p.result().status_code == 200 for p in slow)
     assert health_s < 1.0
 
 
@@ -238,9 +256,8 @@ def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, re
     sentences_before = server.metric("seq2seq_sentences_total")
     with ThreadPoolExecutor(8) as pool:
         # A big request keeps the decoder busy so the others queue up into one batch.
-        busy = pool.submit(server.translate, texts=[" ".join(TEXTS)] * 64, beam_size=8)
-        while not server.metric("seq2seq_decoder_busy"):
-            time.sleep(0.005)
+        busy = pool.submit(server.translate, texts=[LONG] * MAX_LINES, beam_size=8)
+        _when_decoding(server, [busy])
         for partial in (False, True):  # gone after sending the request / half-way through it
             with socket.create_connection((host, port)) as s:
                 head = f"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
@@ -250,7 +267,7 @@ def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, re
         assert [o.result().json()["translation"] for o in others] == reference(TEXTS)
         assert busy.result().status_code == 200
     # The whole request that was left was still decoded with the rest; the server serves on.
-    assert server.metric("seq2seq_sentences_total") - sentences_before == 64 + 1 + len(TEXTS)
+    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + 1 + len(TEXTS)
     assert server.translate(text=TEXTS[0]).status_code == 200
 
 
@@ -259,7 +276,7 @@ def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, re
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(texts=st.lists(st.text(max_size=40).filter(str.strip), min_size=1, max_size=6))
+@given(texts=st.lists(st.text(max_size=40), min_size=1, max_size=6))
 def test_random_unicode_texts_always_get_one_translation_per_text(server, texts):
     answer = server.translate(texts=texts)
     assert answer.status_code == 200, answer.text
@@ -274,7 +291,7 @@ def test_info_names_the_model_languages_and_checkpoint(server, run_dir):
     assert (info["source_language"], info["target_language"]) == ("en", "fr")
     assert Path(info["checkpoint"]).is_file()
     assert info["decode"]["beam_size"] == 2
-    assert info["limits"]["max_lines"] == 256
+    assert info["limits"]["max_lines"] == MAX_LINES
 
 
 def test_metrics_are_prometheus_text_with_requests_sentences_tokens_batches_and_latency(server):
@@ -306,34 +323,28 @@ def test_it_listens_on_loopback_unless_told_otherwise(server):
     assert server.url.startswith("http://127.0.0.1:")
 
 
-def test_a_full_queue_answers_503_with_retry_after_and_recovers(run_dir, tmp_path):
-    s = Server(
-        run_dir,
-        tmp_path / "serve.log",
-        *("--no-batching", "--max-queue", "4", "--max-request-lines", "4"),
-    )
-    try:
-        texts = [" ".join(TEXTS)] * 4
-        with ThreadPoolExecutor(24) as pool:
-            answers = list(pool.map(lambda _: s.translate(texts=texts, beam_size=8), range(24)))
-        codes = [a.status_code for a in answers]
-        assert set(codes) <= {200, 503} and 503 in codes and 200 in codes
-        refused = next(a for a in answers if a.status_code == 503)
-        assert int(refused.headers["retry-after"]) >= 1
-        assert "queue is full" in refused.json()["error"]
-        assert s.metric("seq2seq_queue_full_total") == codes.count(503)
-        assert s.translate(text=TEXTS[0]).status_code == 200
-    finally:
-        assert s.stop() == 0
+def test_a_full_queue_answers_503_with_retry_after_and_recovers(server):
+    refused_before = server.metric("seq2seq_queue_full_total")
+    # Each request fills half the queue: while one decodes, two wait and the rest are refused.
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(
+            pool.map(lambda _: server.translate(texts=[LONG] * MAX_LINES, beam_size=4), range(12))
+        )
+    codes = [a.status_code for a in answers]
+    assert set(codes) <= {200, 503} and 503 in codes and 200 in codes
+    refused = next(a for a in answers if a.status_code == 503)
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "queue is full" in refused.json()["error"]
+    assert server.metric("seq2seq_queue_full_total") - refused_before == codes.count(503)
+    assert server.translate(text=TEXTS[0]).status_code == 200
 
 
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
-    s = Server(run_dir, tmp_path / "serve.log")
-    texts = [" ".join(TEXTS)] * 128
+    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1")
+    texts = [LONG] * 256
     with ThreadPoolExecutor(2) as pool:
         in_flight = pool.submit(s.translate, texts=texts, beam_size=8)
-        while not s.metric("seq2seq_decoder_busy"):
-            time.sleep(0.005)
+        _when_decoding(s, [in_flight])
         s.process.send_signal(signal.SIGTERM)
         answer = in_flight.result(60)
         assert answer.status_code == 200
