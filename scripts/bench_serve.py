@@ -10,8 +10,12 @@ seconds are not counted. Reported: throughput in sentences/s, p50/p95/p99 latenc
 batch size (lines per decode call, read from the server's /metrics). The same is measured with
 batching switched off (`serve --no-batching`: one request at a time), and against
 `seq2seq translate` on the same sentences in one process (its own timing of the job, model
-loading excluded), all with the same beam size. The load generator shares the machine's cores
-with the server, as a client on the same host would.
+loading excluded), all with the same beam size and torch threads (--threads).
+
+The server and the translate job each run in a session of their own. Linux's scheduler (with
+autogroup, as here) shares the CPU between sessions first, so each system under test gets the
+same share of a machine that other users load too, and the load generator (this process) does
+not eat into the server's share: as a client on another host would not.
 """
 
 from __future__ import annotations
@@ -64,10 +68,14 @@ def translate_reference(run: Path, beam: int, sentences: list[str], args, env: d
             capture_output=True,
             text=True,
             check=True,
+            start_new_session=True,  # its own scheduler group, as the server has (see the top)
         )
     times = [float(x) for x in done.stdout.split()]
     seconds = statistics.median(times)
     return {"sent_s": len(sentences) / seconds, "seconds": seconds, "times": times}
+
+
+SERVER_LIFETIME_S = 3600
 
 
 class ServerProcess:
@@ -76,12 +84,15 @@ class ServerProcess:
     def __init__(self, run: Path, beam: int, options: list[str], env: dict, log: Path):
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "seq2seq", "serve", "--run", str(run), "--port", "0"]
-            + ["--device", "cpu", "--beam-size", str(beam), *options],
+            # `timeout` stops the server by itself should this script die without stopping it.
+            ["timeout", str(SERVER_LIFETIME_S), sys.executable, "-m", "seq2seq", "serve"]
+            + ["--run", str(run), "--port", "0", "--device", "cpu", "--beam-size", str(beam)]
+            + options,
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+            start_new_session=True,
         )
         end = time.monotonic() + 120
         while time.monotonic() < end:
@@ -100,14 +111,18 @@ class ServerProcess:
         return self.process.wait(120)
 
 
-def batch_stats(metrics: str) -> tuple[float, float]:
-    """(sum, count) of the batch-size histogram in a /metrics text."""
+def batch_stats(metrics: str) -> tuple[float, float, float]:
+    """(sum, count) of the batch-size histogram and the decoding seconds in a /metrics text."""
 
     def value(name: str) -> float:
         found = re.search(rf"^{name} (\S+)$", metrics, re.M)
         return float(found.group(1)) if found else 0.0
 
-    return value("seq2seq_batch_sentences_sum"), value("seq2seq_batch_sentences_count")
+    return (
+        value("seq2seq_batch_sentences_sum"),
+        value("seq2seq_batch_sentences_count"),
+        value("seq2seq_batch_decode_seconds_sum"),
+    )
 
 
 async def load(url: str, sentences: list[str], clients: int, seconds: float, warmup: float):
@@ -137,6 +152,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
                     latencies.append(done - sent)
 
         await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
         after = batch_stats((await http.get("/metrics")).text)
     window = seconds - warmup
     batches = after[1] - before[1]
@@ -150,6 +166,8 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
         "p95_ms": q[94] * 1000,
         "p99_ms": q[98] * 1000,
         "mean_batch": (after[0] - before[0]) / batches if batches else float("nan"),
+        # Share of the time the decoder thread spent decoding (the rest it waited for work).
+        "decoder_busy": (after[2] - before[2]) / elapsed,
     }
 
 

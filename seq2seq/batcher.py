@@ -215,10 +215,10 @@ class Batcher:
             self._lines_per_s = (
                 speed if self._lines_per_s == 0 else 0.8 * self._lines_per_s + (0.2 * speed)
             )
+            if self._on_batch is not None:  # before the answers, so metrics never lag them
+                tokens = sum(job.tokens for job in group)
+                self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))
             at = 0
             for job in group:
                 job.future.set_result(results[at : at + len(job.lines)])
                 at += len(job.lines)
-            if self._on_batch is not None:
-                tokens = sum(job.tokens for job in group)
-                self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))

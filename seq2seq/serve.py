@@ -192,7 +192,8 @@ def create_app(
         batcher = state.batcher
         if batcher is None:
             return _unavailable("the model is not loaded yet", 1)
-        tokens = sum(len(ids) for ids in translator.tokenizer.encode_src(req.lines))
+        # One line at a time: SentencePiece starts a thread pool for every list it encodes.
+        tokens = sum(len(translator.tokenizer.src.encode(line)) + 1 for line in req.lines)
         try:
             future = batcher.submit(req.lines, req.options, tokens)
         except QueueFull as e:
@@ -291,8 +292,10 @@ def _bind(host: str, port: int) -> socket.socket:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:
         raise UserError(f"cannot listen on host {host!r}: {e.strerror}") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, kind, proto, _, address = infos[0]
+    # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do, and without it
+    # Nagle's algorithm holds each response's body back for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(address)
