@@ -148,7 +148,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
                 done = time.perf_counter()
                 if answer.status_code != 200:
                     errors += 1
-                elif sent >= counted_from and done <= end:
+                elif counted_from <= done <= end:  # answered inside the counted window
                     latencies.append(done - sent)
 
         await asyncio.gather(*(client() for _ in range(clients)))
@@ -171,23 +171,10 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
     }
 
 
-def bench_server(
-    run: Path, beam: int, options: list[str], sentences: list[str], args, env: dict, log: Path
-) -> list[dict]:
-    server = ServerProcess(run, beam, ["--threads", str(args.threads), *options], env, log)
-    rows = []
-    try:
-        # Warm-up requests: first-call costs (allocator, lazy imports) stay out of the figures.
-        asyncio.run(load(server.url, sentences, 4, 3.0, 0.0))
-        for n in args.clients:
-            row = asyncio.run(load(server.url, sentences, n, args.seconds, args.warmup))
-            print(json.dumps(row), flush=True)
-            rows.append(row)
-    finally:
-        code = server.stop()
-    if code != 0:
-        sys.exit(f"the server exited with {code} after SIGTERM; see {log}")
-    return rows
+def median_row(rows: list[dict]) -> dict:
+    """Each figure's median over the rounds."""
+    numbers = [k for k, v in rows[0].items() if isinstance(v, (int, float))]
+    return {k: statistics.median(r[k] for r in rows) for k in numbers}
 
 
 def main() -> None:
@@ -196,13 +183,14 @@ def main() -> None:
     p.add_argument("--run", type=Path, help="a trained run (default: train the small shape)")
     p.add_argument("--train-seconds", type=float, default=600.0)
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
-    p.add_argument("--seconds", type=float, default=30.0, help="load time per client count")
-    p.add_argument("--warmup", type=float, default=5.0, help="first seconds not counted")
+    p.add_argument("--seconds", type=float, default=20.0, help="load time per row and round")
+    p.add_argument("--warmup", type=float, default=4.0, help="first seconds not counted")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every row; medians reported")
     p.add_argument("--beam-size", type=int, default=4)
     p.add_argument("--window-ms", type=float, default=5.0, help="the server's batching window")
     p.add_argument("--sentences", type=int, default=256, help="valid lines used (the first N)")
-    p.add_argument("--repeats", type=int, default=3, help="runs of the translate reference")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2, help="timed translate passes per round")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of translate and server")
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-serve"))
     args = p.parse_args()
 
@@ -211,38 +199,71 @@ def main() -> None:
     run = args.run
     if run is None:
         print(f"training the small shape for {args.train_seconds:.0f} s …", flush=True)
-        run = Path(train_project(args.data, args.out, args.train_seconds, args.threads, env)["run"])
+        run = Path(train_project(args.data, args.out, args.train_seconds, 2, bench_env(2))["run"])
     valid = [x.strip() for x in (args.data / "valid.en").read_text("utf-8").splitlines()]
     sentences = [x for x in valid if x][: args.sentences]
     random.Random(1).shuffle(sentences)
 
-    print(f"seq2seq translate on {len(sentences)} sentences, beam {args.beam_size} …", flush=True)
-    reference = translate_reference(run, args.beam_size, sentences, args, env)
-    print(json.dumps(reference), flush=True)
+    # Both servers stay up; the rounds alternate between the systems, so that a change in what
+    # else the shared machine runs falls on all of them rather than on one.
+    common = ["--threads", str(args.threads)]
     window = ["--batch-window-ms", str(args.window_ms)]
-    print("server, batching on …", flush=True)
-    batched = bench_server(run, args.beam_size, window, sentences, args, env, args.out / "on.log")
-    print("server, batching off (--no-batching) …", flush=True)
-    single = bench_server(
-        run, args.beam_size, ["--no-batching"], sentences, args, env, args.out / "off.log"
+    options = {"on": [*common, *window], "off": [*common, "--no-batching"]}
+    servers: dict[str, ServerProcess] = {}
+    rounds: list[dict] = []
+    try:
+        for name, opts in options.items():
+            servers[name] = ServerProcess(run, args.beam_size, opts, env, args.out / f"{name}.log")
+        for server in servers.values():
+            # First-call costs (allocator, kernels for new shapes) stay out of the figures.
+            asyncio.run(load(server.url, sentences, 8, 5.0, 0.0))
+        for k in range(args.rounds):
+            print(f"round {k + 1}/{args.rounds}: seq2seq translate …", flush=True)
+            result = {"translate": translate_reference(run, args.beam_size, sentences, args, env)}
+            print(json.dumps(result["translate"]), flush=True)
+            for n in args.clients:
+                for name, server in servers.items():
+                    row = asyncio.run(load(server.url, sentences, n, args.seconds, args.warmup))
+                    print(json.dumps({"server": name, **row}), flush=True)
+                    result[f"{name}_{n}"] = row
+            rounds.append(result)
+    finally:
+        codes = {name: server.stop() for name, server in servers.items()}
+    if any(codes.values()):
+        sys.exit(f"a server did not exit with 0 after SIGTERM: {codes}")
+
+    reference = median_row([r["translate"] for r in rounds])
+    table = {key: median_row([r[key] for r in rounds]) for key in rounds[0] if key != "translate"}
+    top = max(args.clients)
+    ratio_translate = statistics.median(
+        r[f"on_{top}"]["sent_s"] / r["translate"]["sent_s"] for r in rounds
+    )
+    ratio_off = statistics.median(
+        r[f"on_{top}"]["sent_s"] / max(r[f"off_{top}"]["sent_s"], 1e-9) for r in rounds
     )
 
-    print(f"\nbeam {args.beam_size}, {len(sentences)} valid sentences, {args.seconds:.0f} s a row")
-    print("| server | clients | sent/s | p50 ms | p95 ms | p99 ms | mean batch | errors |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, rows in (("batching on", batched), ("batching off", single)):
-        for r in rows:
-            print(
-                f"| {name} | {r['clients']} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | "
-                f"{r['p95_ms']:.0f} | {r['p99_ms']:.0f} | {r['mean_batch']:.1f} | {r['errors']} |"
-            )
-    print(f"| `seq2seq translate` (one process) | – | {reference['sent_s']:.1f} | | | | | |")
-    top_on, top_off = batched[-1], single[-1]
-    ratio_translate = top_on["sent_s"] / reference["sent_s"]
-    ratio_off = top_on["sent_s"] / top_off["sent_s"] if top_off["sent_s"] else float("inf")
     print(
-        f"\nat {top_on['clients']} clients: {ratio_translate:.0%} of translate's throughput "
-        f"(target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
+        f"\nbeam {args.beam_size}, {len(sentences)} valid sentences, {args.seconds:.0f} s a row "
+        f"({args.warmup:.0f} s not counted), {args.threads} torch thread(s), medians of "
+        f"{args.rounds} rounds"
+    )
+    print(
+        "| system | clients | sent/s | p50 ms | p95 ms | p99 ms | mean batch | decoder busy "
+        "| errors |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, label in (("on", "server, batching on"), ("off", "server, batching off")):
+        for n in args.clients:
+            r = table[f"{name}_{n}"]
+            print(
+                f"| {label} | {n} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
+                f"{r['p99_ms']:.0f} | {r['mean_batch']:.1f} | {r['decoder_busy']:.0%} | "
+                f"{r['errors']:.0f} |"
+            )
+    print(f"| `seq2seq translate`, one process | – | {reference['sent_s']:.1f} | | | | | | |")
+    print(
+        f"\nat {top} clients (median of the rounds' ratios): {ratio_translate:.0%} of translate's "
+        f"throughput (target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
     )
     results = {
         "run": str(run),
@@ -251,9 +272,9 @@ def main() -> None:
         "seconds": args.seconds,
         "warmup": args.warmup,
         "window_ms": args.window_ms,
-        "translate": reference,
-        "batching_on": batched,
-        "batching_off": single,
+        "threads": args.threads,
+        "rounds": rounds,
+        "median": {"translate": reference, **table},
         "ratio_translate": ratio_translate,
         "ratio_unbatched": ratio_off,
         "cpu_count": os.cpu_count(),
