@@ -41,3 +41,7 @@ bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
 bench-gpu:  ## tokens/s and MFU of the base shape on synthetic batches (GPU)
 	$(PYTHON) scripts/bench_gpu.py
 	$(PYTHON) scripts/bench_gpu.py --compile
+
+.PHONY: bench-serve
+bench-serve:  ## seq2seq serve under 1, 8 and 64 clients, batching on and off, beside translate (needs ../shared)
+	$(PYTHON) scripts/bench_serve.py

@@ -37,32 +37,46 @@ from pathlib import Path
 from benchlib import REPO, SHARED, bench_env, train_project
 
 # `seq2seq translate`'s job in one process: a first, untimed pass warms the allocator and
-# kernels up (the server gets its warm-up requests too), then each pass is timed.
+# kernels up (the server gets its warm-up requests too), then each pass is timed. Then the same
+# Translator without HTTP, on what a server can batch: the sentences in random groups of the
+# given size (one search call each, as a batch of single-sentence requests is) and one at a time.
 TRANSLATE_JOB = """
-import sys, time
+import json, sys, time
 from pathlib import Path
 from seq2seq.runtime import set_threads
 from seq2seq.translate import translate_files
 from seq2seq.translator import load_translator
-run, beam, threads, src, out, repeats = sys.argv[1:7]
+run, beam, threads, src, out, repeats, group = sys.argv[1:8]
 set_threads(int(threads))
 translator, _ = load_translator(Path(run), device="cpu", decode_overrides={"beam_size": int(beam)})
 translate_files(translator, Path(src), Path(out))
+times = []
 for _ in range(int(repeats)):
     start = time.perf_counter()
     translate_files(translator, Path(src), Path(out))
-    print(time.perf_counter() - start)
+    times.append(time.perf_counter() - start)
+lines = Path(src).read_text(encoding="utf-8").splitlines()
+def rate(groups):
+    start = time.perf_counter()
+    for g in groups:
+        translator.translate(g)
+    return sum(map(len, groups)) / (time.perf_counter() - start)
+g = int(group)
+grouped = rate([lines[i : i + g] for i in range(0, len(lines), g)])
+single = rate([[line] for line in lines[:64]])
+print(json.dumps({"times": times, "groups_sent_s": grouped, "single_sent_s": single}))
 """
 
 
 def translate_reference(run: Path, beam: int, sentences: list[str], args, env: dict) -> dict:
-    """`seq2seq translate`'s job (translate_files) on the sentences: median of timed passes."""
+    """`seq2seq translate`'s job (translate_files) on the sentences: median of timed passes;
+    and the Translator's speed on random groups of half the top client count, and alone."""
     with tempfile.TemporaryDirectory() as tmp:
         src, out = Path(tmp) / "in.en", Path(tmp) / "out.fr"
         src.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
         done = subprocess.run(
             [sys.executable, "-c", TRANSLATE_JOB, str(run), str(beam), str(args.threads)]
-            + [str(src), str(out), str(args.repeats)],
+            + [str(src), str(out), str(args.repeats), str(max(1, max(args.clients) // 2))],
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -70,9 +84,9 @@ def translate_reference(run: Path, beam: int, sentences: list[str], args, env: d
             check=True,
             start_new_session=True,  # its own scheduler group, as the server has (see the top)
         )
-    times = [float(x) for x in done.stdout.split()]
-    seconds = statistics.median(times)
-    return {"sent_s": len(sentences) / seconds, "seconds": seconds, "times": times}
+    result = json.loads(done.stdout.splitlines()[-1])
+    seconds = statistics.median(result["times"])
+    return {"sent_s": len(sentences) / seconds, "seconds": seconds, **result}
 
 
 SERVER_LIFETIME_S = 3600
@@ -216,7 +230,8 @@ def main() -> None:
             servers[name] = ServerProcess(run, args.beam_size, opts, env, args.out / f"{name}.log")
         for server in servers.values():
             # First-call costs (allocator, kernels for new shapes) stay out of the figures.
-            asyncio.run(load(server.url, sentences, 8, 5.0, 0.0))
+            for n in args.clients:
+                asyncio.run(load(server.url, sentences, n, 3.0, 0.0))
         for k in range(args.rounds):
             print(f"round {k + 1}/{args.rounds}: seq2seq translate …", flush=True)
             result = {"translate": translate_reference(run, args.beam_size, sentences, args, env)}
@@ -261,6 +276,11 @@ def main() -> None:
                 f"{r['errors']:.0f} |"
             )
     print(f"| `seq2seq translate`, one process | – | {reference['sent_s']:.1f} | | | | | | |")
+    half = max(1, top // 2)
+    print(
+        f"\nthe Translator alone, no HTTP: {reference['groups_sent_s']:.1f} sent/s in random "
+        f"groups of {half}, {reference['single_sent_s']:.1f} sent/s one sentence at a time"
+    )
     print(
         f"\nat {top} clients (median of the rounds' ratios): {ratio_translate:.0%} of translate's "
         f"throughput (target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
