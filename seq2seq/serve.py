@@ -286,7 +286,7 @@ class _CountRequests:
             self.metrics.requests.labels(path, str(status)).inc()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def listening_socket(host: str, port: int) -> socket.socket:
     """A listening socket, or one clear error (port taken, unknown host)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
@@ -331,7 +331,7 @@ def serve(
             f"--max-request-lines ({cfg.request.max_lines}) must not exceed --max-queue "
             f"({cfg.batch.max_queue_lines})"
         )
-    sock = _bind(cfg.host, cfg.port)  # a taken port fails before the model loads
+    sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
     try:
         translator, path = load_translator(run_dir, checkpoint, device, decode_overrides)

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from seq2seq.cli import app
 from seq2seq.config import with_changes
-from seq2seq.serve import _bind
+from seq2seq.serve import listening_socket
 from seq2seq.translator import load_translator
 from tests.conftest import train_tiny_run
 
@@ -50,8 +50,9 @@ class Server:
         self.log = log
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "seq2seq", "serve", "--run", str(run), "--port", "0"]
-            + ["--device", "cpu", *options],
+            # `timeout` ends the server by itself should this test process die first.
+            ["timeout", "600", sys.executable, "-m", "seq2seq", "serve", "--run", str(run)]
+            + ["--port", "0", "--device", "cpu", *options],
             cwd=REPO,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -376,7 +377,7 @@ def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):
 def test_the_listening_socket_is_tcp_so_answers_are_not_held_back_by_nagle():
     # asyncio turns TCP_NODELAY on only for sockets whose protocol says TCP; without it each
     # answer's body waited for the client's delayed ACK (~40 ms a request).
-    sock = _bind("127.0.0.1", 0)
+    sock = listening_socket("127.0.0.1", 0)
     try:
         assert sock.proto == socket.IPPROTO_TCP
     finally:
