@@ -44,3 +44,7 @@ bench-gpu:  ## tokens/s and MFU of the base shape on synthetic batches (GPU)
 
 gpu-check:  ## on a CUDA machine: the `cuda` tests, then training (MFU) and decoding figures as one Markdown block; without CUDA, one line and exit 0
 	$(PYTHON) scripts/gpu_check.py $(GPU_CHECK)
+
+.PHONY: bench-serve
+bench-serve:  ## seq2seq serve under 1, 8 and 64 clients, batching on and off, beside translate (needs ../shared)
+	$(PYTHON) scripts/bench_serve.py

@@ -359,6 +359,77 @@ def translate(
 
 @app.command()
 @_user_errors
+def serve(
+    ctx: typer.Context,
+    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    host: Annotated[
+        str,
+        typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth)."),
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8080,
+    checkpoint: Checkpoint = None,
+    beam_size: BeamSize = None,
+    length_penalty: LengthPenalty = None,
+    batch_size: BatchSize = None,
+    max_tokens: MaxTokens = None,
+    device: Device = "auto",
+    batch_window_ms: Annotated[
+        float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
+    ] = 5.0,
+    max_batch_tokens: Annotated[
+        int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
+    ] = 8192,
+    max_batch_requests: Annotated[
+        int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
+    ] = 256,
+    no_batching: Annotated[
+        bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
+    ] = False,
+    max_queue: Annotated[
+        int, typer.Option(min=1, help="Lines waiting at most; beyond, 503 with Retry-After.")
+    ] = 2048,
+    max_request_lines: Annotated[int, typer.Option(min=1, help="Texts in one request.")] = 256,
+    max_request_bytes: Annotated[
+        int, typer.Option(min=1, help="Bytes of one request body.")
+    ] = 1_000_000,
+    max_beam_size: Annotated[
+        int, typer.Option(min=1, help="Largest beam_size a request may ask.")
+    ] = 16,
+    threads: Annotated[
+        int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
+    ] = None,
+) -> None:
+    """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
+
+    Concurrent requests are decoded together in dynamic batches. Listens on loopback unless
+    --host says otherwise; SIGTERM or Ctrl-C stops accepting, answers the requests in flight,
+    and exits.
+
+    Examples:\n
+      seq2seq serve --run runs/demo --port 8080\n
+      curl -s localhost:8080/translate -d '{"text": "I have three cats."}'\n
+      seq2seq serve --run runs/demo --host 0.0.0.0 --beam-size 1 --batch-window-ms 10
+    """
+    from .batcher import BatchLimits
+    from .serve import ServeConfig
+    from .serve import serve as run_server
+    from .serve_request import RequestLimits
+
+    if no_batching:
+        batch_window_ms, max_batch_requests = 0.0, 1
+    cfg = ServeConfig(
+        host=host,
+        port=port,
+        batch=BatchLimits(batch_window_ms / 1000, max_batch_tokens, max_batch_requests, max_queue),
+        request=RequestLimits(max_request_lines, max_request_bytes, max_beam_size),
+    )
+    decode = _decode_options(beam_size, None, length_penalty, batch_size, max_tokens)
+    quiet = bool(_options(ctx).get("quiet"))
+    run_server(run, cfg, checkpoint, device, decode, threads, quiet)
+
+
+@app.command()
+@_user_errors
 def average(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory with checkpoints.")],

@@ -1,0 +1,307 @@
+"""`seq2seq serve` under load: N concurrent HTTP clients, with and without dynamic batching.
+
+    python scripts/bench_serve.py                          # trains the small shape 10 min first
+    python scripts/bench_serve.py --run R --seconds 30     # reuse a trained run
+
+The server runs on loopback in its own process. For each N in --clients, N asyncio clients
+(httpx, one keep-alive connection each) send single sentences drawn from the valid set, each
+sending its next request as soon as its answer arrives, for --seconds; the first --warmup
+seconds are not counted. Reported: throughput in sentences/s, p50/p95/p99 latency and the mean
+batch size (lines per decode call, read from the server's /metrics). The same is measured with
+batching switched off (`serve --no-batching`: one request at a time), and against
+`seq2seq translate` on the same sentences in one process (its own timing of the job, model
+loading excluded), all with the same beam size and torch threads (--threads).
+
+The server and the translate job each run in a session of their own. Linux's scheduler (with
+autogroup, as here) shares the CPU between sessions first, so each system under test gets the
+same share of a machine that other users load too, and the load generator (this process) does
+not eat into the server's share: as a client on another host would not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchlib import REPO, SHARED, bench_env, train_project
+
+# `seq2seq translate`'s job in one process: a first, untimed pass warms the allocator and
+# kernels up (the server gets its warm-up requests too), then each pass is timed. Then the same
+# Translator without HTTP, on what a server can batch: the sentences in random groups of the
+# given size (one search call each, as a batch of single-sentence requests is) and one at a time.
+TRANSLATE_JOB = """
+import json, sys, time
+from pathlib import Path
+from seq2seq.runtime import set_threads
+from seq2seq.translate import translate_files
+from seq2seq.translator import load_translator
+run, beam, threads, src, out, repeats, group = sys.argv[1:8]
+set_threads(int(threads))
+translator, _ = load_translator(Path(run), device="cpu", decode_overrides={"beam_size": int(beam)})
+translate_files(translator, Path(src), Path(out))
+times = []
+for _ in range(int(repeats)):
+    start = time.perf_counter()
+    translate_files(translator, Path(src), Path(out))
+    times.append(time.perf_counter() - start)
+lines = Path(src).read_text(encoding="utf-8").splitlines()
+def rate(groups):
+    start = time.perf_counter()
+    for g in groups:
+        translator.translate(g)
+    return sum(map(len, groups)) / (time.perf_counter() - start)
+g = int(group)
+grouped = rate([lines[i : i + g] for i in range(0, len(lines), g)])
+single = rate([[line] for line in lines[:64]])
+print(json.dumps({"times": times, "groups_sent_s": grouped, "single_sent_s": single}))
+"""
+
+
+def translate_reference(run: Path, beam: int, sentences: list[str], args, env: dict) -> dict:
+    """`seq2seq translate`'s job (translate_files) on the sentences: median of timed passes;
+    and the Translator's speed on random groups of half the top client count, and alone."""
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = Path(tmp) / "in.en", Path(tmp) / "out.fr"
+        src.write_text("".join(s + "\n" for s in sentences), encoding="utf-8")
+        done = subprocess.run(
+            [sys.executable, "-c", TRANSLATE_JOB, str(run), str(beam), str(args.threads)]
+            + [str(src), str(out), str(args.repeats), str(max(1, max(args.clients) // 2))],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            check=True,
+            start_new_session=True,  # its own scheduler group, as the server has (see the top)
+        )
+    result = json.loads(done.stdout.splitlines()[-1])
+    seconds = statistics.median(result["times"])
+    return {"sent_s": len(sentences) / seconds, "seconds": seconds, **result}
+
+
+SERVER_LIFETIME_S = 3600
+
+
+class ServerProcess:
+    """`seq2seq serve` on a free loopback port, its log in a file."""
+
+    def __init__(self, run: Path, beam: int, options: list[str], env: dict, log: Path):
+        self.log = log
+        self.process = subprocess.Popen(
+            # `timeout` stops the server by itself should this script die without stopping it.
+            ["timeout", str(SERVER_LIFETIME_S), sys.executable, "-m", "seq2seq", "serve"]
+            + ["--run", str(run), "--port", "0", "--device", "cpu", "--beam-size", str(beam)]
+            + options,
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+            start_new_session=True,
+        )
+        end = time.monotonic() + 120
+        while time.monotonic() < end:
+            found = re.search(r"on (http://\S+:\d+)", log.read_text(errors="replace"))
+            if found:
+                self.url = found.group(1)
+                return
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        self.process.kill()
+        sys.exit(f"the server did not start; see {log}")
+
+    def stop(self) -> int:
+        self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(120)
+
+
+def batch_stats(metrics: str) -> tuple[float, float, float]:
+    """(sum, count) of the batch-size histogram and the decoding seconds in a /metrics text."""
+
+    def value(name: str) -> float:
+        found = re.search(rf"^{name} (\S+)$", metrics, re.M)
+        return float(found.group(1)) if found else 0.0
+
+    return (
+        value("seq2seq_batch_sentences_sum"),
+        value("seq2seq_batch_sentences_count"),
+        value("seq2seq_batch_decode_seconds_sum"),
+    )
+
+
+async def load(url: str, sentences: list[str], clients: int, seconds: float, warmup: float):
+    """N closed-loop clients for `seconds`; latencies of answers after the warm-up."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=600) as http:
+        await http.get("/ready")
+        before = batch_stats((await http.get("/metrics")).text)
+        start = time.perf_counter()
+        counted_from, end = start + warmup, start + seconds
+        latencies: list[float] = []
+        errors = 0
+        picks = iter(range(10**9))
+
+        async def client() -> None:
+            nonlocal errors
+            while time.perf_counter() < end:
+                text = sentences[next(picks) % len(sentences)]
+                sent = time.perf_counter()
+                answer = await http.post("/translate", json={"text": text})
+                done = time.perf_counter()
+                if answer.status_code != 200:
+                    errors += 1
+                elif counted_from <= done <= end:  # answered inside the counted window
+                    latencies.append(done - sent)
+
+        await asyncio.gather(*(client() for _ in range(clients)))
+        elapsed = time.perf_counter() - start
+        after = batch_stats((await http.get("/metrics")).text)
+    window = seconds - warmup
+    batches = after[1] - before[1]
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
+    return {
+        "clients": clients,
+        "answered": len(latencies),
+        "errors": errors,
+        "sent_s": len(latencies) / window if window > 0 else float("nan"),
+        "p50_ms": q[49] * 1000,
+        "p95_ms": q[94] * 1000,
+        "p99_ms": q[98] * 1000,
+        "mean_batch": (after[0] - before[0]) / batches if batches else float("nan"),
+        # Share of the time the decoder thread spent decoding (the rest it waited for work).
+        "decoder_busy": (after[2] - before[2]) / elapsed,
+    }
+
+
+def median_row(rows: list[dict]) -> dict:
+    """Each figure's median over the rounds."""
+    numbers = [k for k, v in rows[0].items() if isinstance(v, (int, float))]
+    return {k: statistics.median(r[k] for r in rows) for k in numbers}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", type=Path, default=SHARED / "data" / "enfr")
+    p.add_argument("--run", type=Path, help="a trained run (default: train the small shape)")
+    p.add_argument("--train-seconds", type=float, default=600.0)
+    p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--seconds", type=float, default=20.0, help="load time per row and round")
+    p.add_argument("--warmup", type=float, default=4.0, help="first seconds not counted")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every row; medians reported")
+    p.add_argument("--beam-size", type=int, default=4)
+    p.add_argument("--window-ms", type=float, default=5.0, help="the server's batching window")
+    p.add_argument("--sentences", type=int, default=256, help="valid lines used (the first N)")
+    p.add_argument("--repeats", type=int, default=2, help="timed translate passes per round")
+    p.add_argument("--threads", type=int, default=1, help="torch threads of translate and server")
+    p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-serve"))
+    args = p.parse_args()
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    env = bench_env(args.threads)
+    run = args.run
+    if run is None:
+        print(f"training the small shape for {args.train_seconds:.0f} s …", flush=True)
+        run = Path(train_project(args.data, args.out, args.train_seconds, 2, bench_env(2))["run"])
+    valid = [x.strip() for x in (args.data / "valid.en").read_text("utf-8").splitlines()]
+    sentences = [x for x in valid if x][: args.sentences]
+    random.Random(1).shuffle(sentences)
+
+    # Both servers stay up; the rounds alternate between the systems, so that a change in what
+    # else the shared machine runs falls on all of them rather than on one.
+    common = ["--threads", str(args.threads)]
+    window = ["--batch-window-ms", str(args.window_ms)]
+    options = {"on": [*common, *window], "off": [*common, "--no-batching"]}
+    servers: dict[str, ServerProcess] = {}
+    rounds: list[dict] = []
+    try:
+        for name, opts in options.items():
+            servers[name] = ServerProcess(run, args.beam_size, opts, env, args.out / f"{name}.log")
+        for server in servers.values():
+            # First-call costs (allocator, kernels for new shapes) stay out of the figures.
+            for n in args.clients:
+                asyncio.run(load(server.url, sentences, n, 3.0, 0.0))
+        for k in range(args.rounds):
+            print(f"round {k + 1}/{args.rounds}: seq2seq translate …", flush=True)
+            result = {"translate": translate_reference(run, args.beam_size, sentences, args, env)}
+            print(json.dumps(result["translate"]), flush=True)
+            for n in args.clients:
+                for name, server in servers.items():
+                    row = asyncio.run(load(server.url, sentences, n, args.seconds, args.warmup))
+                    print(json.dumps({"server": name, **row}), flush=True)
+                    result[f"{name}_{n}"] = row
+            rounds.append(result)
+    finally:
+        codes = {name: server.stop() for name, server in servers.items()}
+    if any(codes.values()):
+        sys.exit(f"a server did not exit with 0 after SIGTERM: {codes}")
+
+    reference = median_row([r["translate"] for r in rounds])
+    table = {key: median_row([r[key] for r in rounds]) for key in rounds[0] if key != "translate"}
+    top = max(args.clients)
+    ratio_translate = statistics.median(
+        r[f"on_{top}"]["sent_s"] / r["translate"]["sent_s"] for r in rounds
+    )
+    ratio_off = statistics.median(
+        r[f"on_{top}"]["sent_s"] / max(r[f"off_{top}"]["sent_s"], 1e-9) for r in rounds
+    )
+
+    print(
+        f"\nbeam {args.beam_size}, {len(sentences)} valid sentences, {args.seconds:.0f} s a row "
+        f"({args.warmup:.0f} s not counted), {args.threads} torch thread(s), medians of "
+        f"{args.rounds} rounds"
+    )
+    print(
+        "| system | clients | sent/s | p50 ms | p95 ms | p99 ms | mean batch | decoder busy "
+        "| errors |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, label in (("on", "server, batching on"), ("off", "server, batching off")):
+        for n in args.clients:
+            r = table[f"{name}_{n}"]
+            print(
+                f"| {label} | {n} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | {r['p95_ms']:.0f} | "
+                f"{r['p99_ms']:.0f} | {r['mean_batch']:.1f} | {r['decoder_busy']:.0%} | "
+                f"{r['errors']:.0f} |"
+            )
+    print(f"| `seq2seq translate`, one process | – | {reference['sent_s']:.1f} | | | | | | |")
+    half = max(1, top // 2)
+    print(
+        f"\nthe Translator alone, no HTTP: {reference['groups_sent_s']:.1f} sent/s in random "
+        f"groups of {half}, {reference['single_sent_s']:.1f} sent/s one sentence at a time"
+    )
+    print(
+        f"\nat {top} clients (median of the rounds' ratios): {ratio_translate:.0%} of translate's "
+        f"throughput (target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
+    )
+    results = {
+        "run": str(run),
+        "beam_size": args.beam_size,
+        "sentences": len(sentences),
+        "seconds": args.seconds,
+        "warmup": args.warmup,
+        "window_ms": args.window_ms,
+        "threads": args.threads,
+        "rounds": rounds,
+        "median": {"translate": reference, **table},
+        "ratio_translate": ratio_translate,
+        "ratio_unbatched": ratio_off,
+        "cpu_count": os.cpu_count(),
+    }
+    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    print(f"results in {args.out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""Dynamic batching: requests that arrive close together are decoded together.
+
+Callers on any thread `submit` their lines and get a `concurrent.futures.Future`; one worker
+thread waits a short window after the first waiting request, takes requests in arrival order up
+to a token budget, groups them by decode options (one search call cannot mix beam sizes), hands
+each group to the decode function in one call, and gives every caller exactly its own results
+back, in its order. Nothing here knows about HTTP or torch, so it is tested on its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
+
+Hypotheses = list[tuple[str, float]]  # (text, score) pairs of one line, best first
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """What a request may choose about its search; requests decoded together share these."""
+
+    beam_size: int
+    nbest: int
+    length_penalty: float
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    """How long to wait for company and how much one batch may hold."""
+
+    window_s: float = 0.005  # after the first waiting request
+    max_tokens: int = 8192  # source tokens of the requests in one batch
+    max_requests: int = 256
+    max_queue_lines: int = 2048  # lines waiting; beyond this `submit` refuses
+
+
+@dataclass
+class BatchReport:
+    """What one decoded group was: for metrics."""
+
+    requests: int
+    lines: int
+    tokens: int
+    seconds: float
+    options: DecodeOptions
+
+
+class QueueFull(Exception):
+    """The queue holds as many lines as it may; the caller should come back later."""
+
+    def __init__(self, queued_lines: int, retry_after_s: float):
+        super().__init__(f"the queue is full ({queued_lines} lines waiting)")
+        self.queued_lines, self.retry_after_s = queued_lines, retry_after_s
+
+
+class Stopped(Exception):
+    """The batcher no longer takes requests (the server is shutting down)."""
+
+
+@dataclass
+class _Job:
+    lines: list[str]
+    options: DecodeOptions
+    tokens: int
+    future: Future = field(default_factory=Future)
+    arrived: float = field(default_factory=time.monotonic)
+
+
+Decode = Callable[[list[str], DecodeOptions], list[Hypotheses]]
+
+
+class Batcher:
+    """A queue of translation requests drained by one worker thread in dynamic batches."""
+
+    def __init__(
+        self,
+        decode: Decode,
+        limits: BatchLimits = BatchLimits(),
+        on_batch: Callable[[BatchReport], None] | None = None,
+    ):
+        self._decode, self.limits, self._on_batch = decode, limits, on_batch
+        self._queue: deque[_Job] = deque()
+        self._cond = threading.Condition()
+        self._queued_lines = self._queued_tokens = 0
+        self._stopping = False
+        self._busy = False
+        self._lines_per_s = 0.0  # smoothed decoding speed, for Retry-After
+        self._thread = threading.Thread(target=self._run, name="seq2seq-decoder", daemon=True)
+
+    def start(self) -> Batcher:
+        """Start the worker thread."""
+        self._thread.start()
+        return self
+
+    @property
+    def queued_lines(self) -> int:
+        """Lines waiting for a batch (not those being decoded)."""
+        return self._queued_lines
+
+    @property
+    def queued_requests(self) -> int:
+        """Requests waiting for a batch."""
+        return len(self._queue)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a batch is being decoded right now."""
+        return self._busy
+
+    def submit(self, lines: list[str], options: DecodeOptions, tokens: int) -> Future:
+        """Queue lines for decoding; the future's result is one hypothesis list per line."""
+        if not lines:
+            raise ValueError("nothing to translate")
+        with self._cond:
+            if self._stopping:
+                raise Stopped("the server is shutting down")
+            if self._queue and self._queued_lines + len(lines) > self.limits.max_queue_lines:
+                raise QueueFull(self._queued_lines, self._retry_after())
+            job = _Job(lines, options, tokens)
+            self._queue.append(job)
+            self._queued_lines += len(lines)
+            self._queued_tokens += tokens
+            self._cond.notify()
+        return job.future
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Refuse new requests, decode those already queued, and end the worker."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _retry_after(self) -> float:
+        # Seconds until the queue as it is now would be drained at the recent speed.
+        if self._lines_per_s <= 0:
+            return 1.0
+        return max(1.0, self._queued_lines / self._lines_per_s)
+
+    def _full(self) -> bool:
+        return (
+            self._queued_tokens >= self.limits.max_tokens
+            or len(self._queue) >= self.limits.max_requests
+        )
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return  # stopping, and nothing left
+                # Wait for company: until the window after the oldest request closes, or the
+                # budget is full. Requests that queued while a batch decoded go at once.
+                deadline = self._queue[0].arrived + self.limits.window_s
+                while not self._full() and not self._stopping:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                jobs = self._take()
+                self._busy = bool(jobs)
+            try:
+                self._decode_jobs(jobs)
+            finally:
+                self._busy = False
+
+    def _take(self) -> list[_Job]:
+        """Requests in arrival order up to the budget (always at least one); cancelled ones
+        are dropped."""
+        jobs: list[_Job] = []
+        tokens = 0
+        while self._queue:
+            job = self._queue[0]
+            if jobs and (
+                tokens + job.tokens > self.limits.max_tokens
+                or len(jobs) >= self.limits.max_requests
+            ):
+                break
+            self._queue.popleft()
+            self._queued_lines -= len(job.lines)
+            self._queued_tokens -= job.tokens
+            # A caller that went away before its batch began is not decoded; once running,
+            # a future can no longer be cancelled, so a late disconnect cannot break a batch.
+            if job.future.set_running_or_notify_cancel():
+                jobs.append(job)
+                tokens += job.tokens
+        return jobs
+
+    def _decode_jobs(self, jobs: list[_Job]) -> None:
+        groups: dict[DecodeOptions, list[_Job]] = {}
+        for job in jobs:
+            groups.setdefault(job.options, []).append(job)
+        for options, group in groups.items():
+            lines = [line for job in group for line in job.lines]
+            start = time.perf_counter()
+            try:
+                results = self._decode(lines, options)
+                if len(results) != len(lines):
+                    raise RuntimeError(f"decoder gave {len(results)} results for {len(lines)}")
+            except Exception as e:  # every caller of the group hears of it; the worker goes on
+                log.exception("decoding a batch of %d lines failed", len(lines))
+                for job in group:
+                    job.future.set_exception(e)
+                continue
+            seconds = time.perf_counter() - start
+            speed = len(lines) / max(seconds, 1e-9)
+            self._lines_per_s = (
+                speed if self._lines_per_s == 0 else 0.8 * self._lines_per_s + (0.2 * speed)
+            )
+            if self._on_batch is not None:  # before the answers, so metrics never lag them
+                tokens = sum(job.tokens for job in group)
+                self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))
+            at = 0
+            for job in group:
+                job.future.set_result(results[at : at + len(job.lines)])
+                at += len(job.lines)

@@ -1,0 +1,80 @@
+"""The server's Prometheus metrics, in a registry of its own (no process-wide globals)."""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: F401 (re-exported)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from .batcher import Batcher, BatchReport
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class ServerMetrics:
+    """Requests, sentences, tokens, batch sizes, queue depth and latency."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "seq2seq_requests", "HTTP requests answered.", ["path", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "seq2seq_translate_latency_seconds",
+            "Time from a /translate request's arrival to its answer.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.sentences = Counter("seq2seq_sentences", "Lines translated.", registry=r)
+        self.tokens = Counter(
+            "seq2seq_source_tokens", "Source subword tokens translated.", registry=r
+        )
+        self.batch_sentences = Histogram(
+            "seq2seq_batch_sentences",
+            "Lines in one decoded batch.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "seq2seq_batch_requests",
+            "Requests in one decoded batch.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.batch_seconds = Histogram(
+            "seq2seq_batch_decode_seconds",
+            "Time to decode one batch.",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.rejected = Counter(
+            "seq2seq_queue_full", "Requests refused because the queue was full.", registry=r
+        )
+        self.queue_lines = Gauge(
+            "seq2seq_queue_sentences", "Lines waiting for a batch.", registry=r
+        )
+        self.queue_requests = Gauge(
+            "seq2seq_queue_requests", "Requests waiting for a batch.", registry=r
+        )
+        self.decoding = Gauge(
+            "seq2seq_decoder_busy", "1 while a batch is being decoded.", registry=r
+        )
+
+    def watch(self, batcher: Batcher) -> None:
+        """Read the queue gauges from the batcher at each scrape."""
+        self.queue_lines.set_function(lambda: batcher.queued_lines)
+        self.queue_requests.set_function(lambda: batcher.queued_requests)
+        self.decoding.set_function(lambda: int(batcher.busy))
+
+    def on_batch(self, report: BatchReport) -> None:
+        """Record one decoded batch (called from the decoder thread)."""
+        self.sentences.inc(report.lines)
+        self.tokens.inc(report.tokens)
+        self.batch_sentences.observe(report.lines)
+        self.batch_requests.observe(report.requests)
+        self.batch_seconds.observe(report.seconds)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,160 @@
+"""The body of `POST /translate`: parsed and checked, or one error naming the field at fault."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .batcher import DecodeOptions
+
+MAX_LENGTH_PENALTY = 5.0
+
+
+class RequestError(Exception):
+    """A request the server refuses: HTTP status, the field at fault and a message."""
+
+    def __init__(self, status: int, field: str, message: str):
+        super().__init__(message)
+        self.status, self.field, self.message = status, field, message
+
+    def as_json(self) -> dict:
+        """The error body every 4xx answer has."""
+        return {"error": self.message, "field": self.field}
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Bounds on one request, so that no client can make the server do unbounded work."""
+
+    max_lines: int = 256
+    max_bytes: int = 1_000_000
+    max_beam_size: int = 16
+
+
+class TranslateBody(BaseModel):
+    """`{"text": …}` or `{"texts": […]}`, with optional decoding settings."""
+
+    # Strict: "4" is not a beam size and true is not 1; unknown keys are typos worth an error.
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    text: str | None = Field(None, description="One text to translate.")
+    texts: list[str] | None = Field(
+        None, description="Several texts, translated in order (blank ones give empty results)."
+    )
+    beam_size: int | None = Field(None, description="Beam width; 1 is greedy (run's default).")
+    nbest: int | None = Field(None, description="Hypotheses per text, ≤ beam_size (default 1).")
+    length_penalty: float | None = Field(
+        None, description=f"GNMT α, 0 to {MAX_LENGTH_PENALTY} (run's default)."
+    )
+
+
+@dataclass(frozen=True)
+class TranslateRequest:
+    """A checked request: its lines, whether it came as one `text`, and its search settings."""
+
+    lines: list[str]
+    single: bool
+    options: DecodeOptions
+
+
+def _field(loc: tuple) -> str:
+    """pydantic's error location as a field name: ('texts', 3) → texts[3]."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "body"
+
+
+def _no_constants(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def parse_json_body(body: bytes) -> object:
+    """Strict UTF-8, then strict JSON (no NaN or Infinity)."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(
+            400, "body", f"request body is not valid UTF-8 (byte {e.start})"
+        ) from None
+    if not text.strip():
+        raise RequestError(400, "body", "request body is empty; send a JSON object")
+    try:
+        return json.loads(text, parse_constant=_no_constants)
+    except json.JSONDecodeError as e:
+        raise RequestError(
+            400, "body", f"malformed JSON: {e.msg} (line {e.lineno}, column {e.colno})"
+        ) from None
+    except ValueError as e:
+        raise RequestError(400, "body", f"malformed JSON: {e}") from None
+
+
+def parse_translate_request(
+    body: bytes, limits: RequestLimits, defaults: DecodeOptions
+) -> TranslateRequest:
+    """Check a /translate body; raise RequestError naming the first field at fault."""
+    if len(body) > limits.max_bytes:
+        raise RequestError(413, "body", f"request body over {limits.max_bytes} bytes")
+    data = parse_json_body(body)
+    try:
+        req = TranslateBody.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = _field(first["loc"])
+        if first["type"] == "model_type" or not first["loc"]:
+            raise RequestError(422, "body", "the body must be a JSON object") from None
+        raise RequestError(422, field, f"{field}: {first['msg'].lower()}") from None
+
+    if req.text is not None and req.texts is not None:
+        raise RequestError(422, "texts", "give text or texts, not both")
+    if req.text is None and req.texts is None:
+        raise RequestError(422, "text", "text (a string) or texts (a list of strings) is required")
+    if req.text is not None:
+        if not req.text.strip():
+            raise RequestError(422, "text", "text is empty")
+        lines, single, name = [req.text], True, "text"
+    else:
+        lines, single, name = list(req.texts or []), False, "texts"
+        if not lines:
+            raise RequestError(422, "texts", "texts is an empty list")
+        if len(lines) > limits.max_lines:
+            raise RequestError(
+                413, "texts", f"texts has {len(lines)} items; at most {limits.max_lines} a request"
+            )
+    for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            where = name if single else f"{name}[{i}]"
+            code = ord(line[e.start])
+            raise RequestError(
+                422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
+            ) from None
+    return TranslateRequest(lines, single, _options(req, limits, defaults))
+
+
+def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeOptions) -> DecodeOptions:
+    beam = defaults.beam_size if req.beam_size is None else req.beam_size
+    if not 1 <= beam <= limits.max_beam_size:
+        raise RequestError(
+            422, "beam_size", f"beam_size must be from 1 to {limits.max_beam_size}, not {beam}"
+        )
+    if req.nbest is None:
+        nbest = min(defaults.nbest, beam)
+    else:
+        nbest = req.nbest
+        if not 1 <= nbest <= beam:
+            raise RequestError(
+                422, "nbest", f"nbest must be from 1 to beam_size ({beam}), not {nbest}"
+            )
+    alpha = defaults.length_penalty if req.length_penalty is None else req.length_penalty
+    if not (math.isfinite(alpha) and 0.0 <= alpha <= MAX_LENGTH_PENALTY):
+        raise RequestError(
+            422,
+            "length_penalty",
+            f"length_penalty must be from 0 to {MAX_LENGTH_PENALTY}, not {alpha}",
+        )
+    return DecodeOptions(beam, nbest, float(alpha))

@@ -1,0 +1,384 @@
+"""`seq2seq serve`: a real server process on a free loopback port, spoken to over HTTP."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from seq2seq.cli import app
+from seq2seq.config import with_changes
+from seq2seq.serve import listening_socket
+from seq2seq.translator import load_translator
+from tests.conftest import train_tiny_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, demo_pairs) -> Path:
+    """A real (barely trained) run; short outputs keep decoding quick."""
+    return train_tiny_run(
+        tmp_path_factory.mktemp("serve"),
+        demo_pairs[:300],
+        "tokenizer: {vocab_size: 120}\n"
+        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 1, ffn_dim: 64, "
+        "dropout: 0.0, max_positions: 64}\n"
+        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n"
+        "decode: {beam_size: 2, max_len_a: 1.0, max_len_b: 4, batch_size: 32}\n",
+    )
+
+
+class Server:
+    """`seq2seq serve` in a child process; its log goes to a file (a full pipe would stall it)."""
+
+    def __init__(self, run: Path, log: Path, *options: str):
+        self.log = log
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+        self.process = subprocess.Popen(
+            # `timeout` ends the server by itself should this test process die first.
+            ["timeout", "600", sys.executable, "-m", "seq2seq", "serve", "--run", str(run)]
+            + ["--port", "0", "--device", "cpu", *options],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),  # noqa: SIM115 (the child holds it)
+        )
+        self.url = self._wait_for_url()
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+        while self.client.get("/ready").status_code != 200:
+            time.sleep(0.05)
+
+    def _wait_for_url(self, timeout: float = 60) -> str:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            found = re.search(r"on (http://\S+:\d+)", self.log.read_text(errors="replace"))
+            if found:
+                return found.group(1)
+            if self.process.poll() is not None:
+                raise AssertionError(f"server exited: {self.log.read_text()}")
+            time.sleep(0.05)
+        raise AssertionError(f"server did not start: {self.log.read_text()}")
+
+    def translate(self, **body) -> httpx.Response:
+        return self.client.post("/translate", json=body)
+
+    def metric(self, name: str) -> float:
+        text = self.client.get("/metrics").text
+        return sum(
+            float(m) for m in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        )
+
+    def stop(self) -> int:
+        self.client.close()
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise
+
+
+MAX_LINES, MAX_QUEUE = 64, 128
+
+
+@pytest.fixture(scope="module")
+def server(run_dir, tmp_path_factory):
+    """One server for most tests; its queue is small enough for a test to fill."""
+    s = Server(
+        run_dir,
+        tmp_path_factory.mktemp("log") / "serve.log",
+        *("--batch-window-ms", "20", "--max-request-lines", str(MAX_LINES)),
+        *("--max-queue", str(MAX_QUEUE), "--threads", "1"),
+    )
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def reference(run_dir):
+    """What `seq2seq translate` gives for the same lines (greedy and the run's beam 2)."""
+    translator, _ = load_translator(run_dir, device="cpu")
+
+    def translate(lines: list[str], beam_size: int | None = None) -> list[str]:
+        t = copy.copy(translator)
+        t.decode = with_changes(translator.decode, {"beam_size": beam_size})
+        return t.translate(lines)
+
+    return translate
+
+
+TEXTS = [
+    "I have three cats.",
+    "She was born on the first of May nineteen eighty.",
+    "It is a quarter past five.",
+    "The book costs twelve euros and fifty cents.",
+    "I have two hundred and one dogs.",
+]
+
+
+def test_a_text_gets_its_translation_and_a_score(server, reference):
+    answer = server.translate(text=TEXTS[0])
+    assert answer.status_code == 200
+    body = answer.json()
+    assert body["translation"] == reference([TEXTS[0]])[0]
+    assert isinstance(body["score"], float)
+
+
+def test_texts_get_one_translation_each_in_order_as_translate_gives(server, reference):
+    body = server.translate(texts=TEXTS + ["", "   "]).json()
+    assert body["translations"] == reference(TEXTS + ["", "   "])
+    assert len(body["scores"]) == len(TEXTS) + 2
+    assert body["translations"][-2:] == ["", ""]
+
+
+def test_nbest_returns_that_many_hypotheses_best_first(server):
+    body = server.translate(texts=TEXTS[:2], beam_size=3, nbest=3, length_penalty=1.0).json()
+    assert [len(hyps) for hyps in body["nbest"]] == [3, 3]
+    for best, hyps in zip(body["translations"], body["nbest"]):
+        assert hyps[0]["translation"] == best
+        scores = [h["score"] for h in hyps]
+        assert scores == sorted(scores, reverse=True)
+
+
+def test_concurrent_requests_are_batched_and_each_caller_gets_its_own_lines(server, reference):
+    batches_before = server.metric("seq2seq_batch_requests_count")
+    requests_before = server.metric("seq2seq_batch_requests_sum")
+    texts = [f"I have {n} cats." for n in ("two", "three", "four", "five", "six", "seven")] * 4
+    expected = reference(texts)
+    with ThreadPoolExecutor(len(texts)) as pool:
+        answers = list(pool.map(lambda t: server.translate(text=t), texts))
+    assert [a.json()["translation"] for a in answers] == expected
+    batches = server.metric("seq2seq_batch_requests_count") - batches_before
+    requests = server.metric("seq2seq_batch_requests_sum") - requests_before
+    assert requests == len(texts)
+    assert batches < len(texts)  # some requests shared a batch
+
+
+def test_requests_with_different_options_in_one_window_each_get_their_own(server, reference):
+    with ThreadPoolExecutor(4) as pool:
+        greedy = pool.submit(server.translate, texts=TEXTS, beam_size=1)
+        beam = pool.submit(server.translate, texts=TEXTS, beam_size=3, nbest=2)
+    assert greedy.result().json()["translations"] == reference(TEXTS, beam_size=1)
+    assert [len(h) for h in beam.result().json()["nbest"]] == [2] * len(TEXTS)
+    assert beam.result().json()["translations"] == reference(TEXTS, beam_size=3)
+
+
+BAD_INPUTS = [
+    # (what, raw body, status, field)
+    ("malformed JSON", b'{"text": "I have', 400, "body"),
+    ("invalid UTF-8", b'{"text": "caf\xe9"}', 400, "body"),
+    ("empty body", b"", 400, "body"),
+    ("NaN", b'{"text": "a", "length_penalty": NaN}', 400, "body"),
+    ("not an object", b'["I have three cats."]', 422, "body"),
+    ("missing text", b'{"beam_size": 2}', 422, "text"),
+    ("empty text", b'{"text": ""}', 422, "text"),
+    ("blank text", b'{"text": " \\t "}', 422, "text"),
+    ("text of wrong type", b'{"text": 42}', 422, "text"),
+    ("text and texts", b'{"text": "a", "texts": ["b"]}', 422, "texts"),
+    ("texts not a list", b'{"texts": "a"}', 422, "texts"),
+    ("texts empty", b'{"texts": []}', 422, "texts"),
+    ("a text in texts of wrong type", b'{"texts": ["a", 3]}', 422, "texts[1]"),
+    ("lone surrogate", b'{"texts": ["a", "\\ud800"]}', 422, "texts[1]"),
+    ("unknown field", b'{"text": "a", "beam": 4}', 422, "beam"),
+    ("beam_size 0", b'{"text": "a", "beam_size": 0}', 422, "beam_size"),
+    ("beam_size too large", b'{"text": "a", "beam_size": 17}', 422, "beam_size"),
+    ("beam_size a string", b'{"text": "a", "beam_size": "4"}', 422, "beam_size"),
+    ("beam_size a bool", b'{"text": "a", "beam_size": true}', 422, "beam_size"),
+    ("nbest over beam_size", b'{"text": "a", "beam_size": 2, "nbest": 3}', 422, "nbest"),
+    ("negative length_penalty", b'{"text": "a", "length_penalty": -1}', 422, "length_penalty"),
+    ("too many texts", json.dumps({"texts": ["a"] * (MAX_LINES + 1)}).encode(), 413, "texts"),
+    ("too many bytes", json.dumps({"text": "a" * 1_000_001}).encode(), 413, "body"),
+]
+
+
+@pytest.mark.parametrize(
+    "raw, status, field", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS]
+)
+def test_bad_input_is_a_4xx_naming_the_field_and_the_server_keeps_serving(
+    server, raw, status, field
+):
+    answer = server.client.post(
+        "/translate", content=raw, headers={"content-type": "application/json"}
+    )
+    assert answer.status_code == status, answer.text
+    error = answer.json()
+    assert error["field"] == field
+    assert error["error"]
+    assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def test_unknown_paths_and_methods_answer_json_errors(server):
+    assert server.client.get("/nope").json()["error"] == "Not Found"
+    assert server.client.get("/translate").status_code == 405
+
+
+LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
+
+
+def _when_decoding(server: Server, pending) -> None:
+    """Wait until the server reports a batch being decoded (and the request still pending)."""
+    while not server.metric("seq2seq_decoder_busy"):
+        assert not any(p.done() for p in pending), "the requests ended before seen decoding"
+        time.sleep(0.005)
+
+
+def test_health_answers_while_a_batch_decodes(server):
+    with ThreadPoolExecutor(2) as pool:
+        slow = [
+            pool.submit(server.translate, texts=[LONG] * MAX_LINES, beam_size=16) for _ in range(2)
+        ]
+        _when_decoding(server, slow)
+        start = time.monotonic()
+        assert server.client.get("/health").json() == {"status": "ok"}
+        health_s = time.monotonic() - start
+        assert server.metric("seq2seq_decoder_busy") == 1 or all(p.done() for p in slow)
+        assert all(p.result().status_code == 200 for p in slow)
+    assert health_s < 1.0
+
+
+def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, reference):
+    host, port = httpx.URL(server.url).host, httpx.URL(server.url).port
+    body = json.dumps({"text": TEXTS[1]}).encode()
+    sentences_before = server.metric("seq2seq_sentences_total")
+    with ThreadPoolExecutor(8) as pool:
+        # A big request keeps the decoder busy so the others queue up into one batch.
+        busy = pool.submit(server.translate, texts=[LONG] * MAX_LINES, beam_size=8)
+        _when_decoding(server, [busy])
+        for partial in (False, True):  # gone after sending the request / half-way through it
+            with socket.create_connection((host, port)) as s:
+                head = f"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
+                s.sendall(head.encode() + b"content-type: application/json\r\n\r\n")
+                s.sendall(body[:5] if partial else body)
+        others = [pool.submit(server.translate, text=t) for t in TEXTS]
+        assert [o.result().json()["translation"] for o in others] == reference(TEXTS)
+        assert busy.result().status_code == 200
+    # The whole request that was left was still decoded with the rest; the server serves on.
+    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + 1 + len(TEXTS)
+    assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(texts=st.lists(st.text(max_size=40), min_size=1, max_size=6))
+def test_random_unicode_texts_always_get_one_translation_per_text(server, texts):
+    answer = server.translate(texts=texts)
+    assert answer.status_code == 200, answer.text
+    translations = answer.json()["translations"]
+    assert len(translations) == len(texts)
+    assert all(isinstance(t, str) and "\n" not in t for t in translations)
+
+
+def test_info_names_the_model_languages_and_checkpoint(server, run_dir):
+    info = server.client.get("/info").json()
+    assert info["name"] == run_dir.name
+    assert (info["source_language"], info["target_language"]) == ("en", "fr")
+    assert Path(info["checkpoint"]).is_file()
+    assert info["decode"]["beam_size"] == 2
+    assert info["limits"]["max_lines"] == MAX_LINES
+
+
+def test_metrics_are_prometheus_text_with_requests_sentences_tokens_batches_and_latency(server):
+    server.translate(texts=TEXTS)
+    answer = server.client.get("/metrics")
+    assert answer.headers["content-type"].startswith("text/plain")
+    text = answer.text
+    for name in (
+        "seq2seq_requests_total",
+        "seq2seq_sentences_total",
+        "seq2seq_source_tokens_total",
+        "seq2seq_batch_sentences_bucket",
+        "seq2seq_queue_sentences",
+        "seq2seq_translate_latency_seconds_bucket",
+    ):
+        assert re.search(rf"^{name}", text, re.M), name
+    assert server.metric("seq2seq_sentences_total") >= len(TEXTS)
+    assert 'seq2seq_requests_total{path="/translate",status="200"}' in text
+
+
+def test_ready_health_and_the_openapi_page(server):
+    assert server.client.get("/ready").json() == {"status": "ready"}
+    assert server.client.get("/health").status_code == 200
+    assert "/translate" in server.client.get("/openapi.json").json()["paths"]
+    assert server.client.get("/docs").status_code == 200
+
+
+def test_it_listens_on_loopback_unless_told_otherwise(server):
+    assert server.url.startswith("http://127.0.0.1:")
+
+
+def test_a_full_queue_answers_503_with_retry_after_and_recovers(server):
+    refused_before = server.metric("seq2seq_queue_full_total")
+    # Each request fills half the queue: while one decodes, two wait and the rest are refused.
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(
+            pool.map(lambda _: server.translate(texts=[LONG] * MAX_LINES, beam_size=4), range(12))
+        )
+    codes = [a.status_code for a in answers]
+    assert set(codes) <= {200, 503} and 503 in codes and 200 in codes
+    refused = next(a for a in answers if a.status_code == 503)
+    assert int(refused.headers["retry-after"]) >= 1
+    assert "queue is full" in refused.json()["error"]
+    assert server.metric("seq2seq_queue_full_total") - refused_before == codes.count(503)
+    assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
+    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1")
+    texts = [LONG] * 256
+    with ThreadPoolExecutor(2) as pool:
+        in_flight = pool.submit(s.translate, texts=texts, beam_size=8)
+        _when_decoding(s, [in_flight])
+        s.process.send_signal(signal.SIGTERM)
+        answer = in_flight.result(60)
+        assert answer.status_code == 200
+        assert len(answer.json()["translations"]) == len(texts)
+    assert s.process.wait(30) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(s.url + "/health", timeout=2)
+    assert "Traceback" not in s.log.read_text()
+    s.stop()
+
+
+def test_a_taken_port_is_one_error_line(run_dir):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--run", str(run_dir), "--port", str(port)])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):
+    result = CliRunner().invoke(app, ["serve", "--run", str(tmp_path), "--port", "0"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error: ") and "not a run directory" in result.output
+
+
+def test_the_listening_socket_is_tcp_so_answers_are_not_held_back_by_nagle():
+    # asyncio turns TCP_NODELAY on only for sockets whose protocol says TCP; without it each
+    # answer's body waited for the client's delayed ACK (~40 ms a request).
+    sock = listening_socket("127.0.0.1", 0)
+    try:
+        assert sock.proto == socket.IPPROTO_TCP
+    finally:
+        sock.close()
