@@ -5,17 +5,23 @@
 
 Decode speed depends on what a model outputs (an untrained one runs to the length cap, a half-
 trained one may loop), so the fair comparison runs the *same weights* in each system: the project's
-trained model is written as a Hugging Face MarianMTModel (scripts/export_hf_marian.py, an exact
-conversion: greedy and beam outputs are compared and the agreement printed) and decoded by HF
-`generate`. Beam search is the same search on both sides: the project's is HF's (the 2k best
+trained model is written as a Hugging Face MarianMTModel (`seq2seq export --format hf-marian`, an
+exact conversion: greedy and beam outputs are compared and the agreement printed) and decoded by
+HF `generate`. Beam search is the same search on every side: the project's is HF's (the 2k best
 continuations, EOS within the first k finishes, k finished end a sentence: HF's
 `early_stopping=True`), and here it divides scores by len^α as HF and CTranslate2 do
-(`decode.length_norm: length`), with the run's α given to HF as `length_penalty` and to
+(`decode.length_norm: length`) and decodes lines whole, with the run's α given to HF and to
 CTranslate2 as `length_penalty`. CTranslate2's Marian
 converter cannot hold the project's model (it starts the decoder from a zero embedding, not BOS),
 so CTranslate2 runs a peer model trained for the same time on the same data and shape by
 ../shared/bench/peers; HF `generate` decodes that model too, and the project / CTranslate2 ratio is
 reported both directly and through HF on each model's weights.
+
+The imported-model row puts all three on one set of weights: the peer's trained MarianMTModel, an
+OPUS-MT directory (SentencePiece model as source.spm and target.spm, vocab.json of its ids), is
+imported with `seq2seq import hf-marian` and decoded by the project beside HF `generate` and
+CTranslate2 (the peers' own runs on that model); `--imported-only` runs just these. The project
+decodes it with the peers' length penalty, len^1.0 (their default, as HF's).
 
 Every system decodes the valid set, greedy and beam 4, on 2 threads, in length-sorted batches of
 32 (longest first) with at most 1.5·(the batch's longest source) + 10 output tokens, the
@@ -152,6 +158,8 @@ def decode_project(
     threads: int,
     repeats: int,
     out: Path,
+    name: str = "seq2seq",
+    length_penalty: float | None = None,
     device: str = "cpu",
 ) -> dict:
     """Greedy and beam-4 decoding of `src` by the project, timed in this process (on a GPU in
@@ -168,6 +176,7 @@ def decode_project(
     results = {}
     for beam in BEAMS:
         decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
+        decode["length_penalty"] = length_penalty
         # HF's and CTranslate2's normalisation and whole lines, so that all run the same search.
         decode["length_norm"] = "length"
         decode["split_sentences"] = False
@@ -182,7 +191,7 @@ def decode_project(
             wait()
             times.append(time.perf_counter() - start)
         mode = "greedy" if beam == 1 else f"beam{beam}"
-        (out / f"seq2seq.{mode}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
+        (out / f"{name}.{mode}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
         results["greedy" if beam == 1 else f"beam{beam}"] = speed(
             hyps, refs, times, translator.tokenizer
         )
@@ -235,12 +244,42 @@ def decode_with_peer_scripts(
 
 
 def export_to_marian(run: Path, out: Path, env: dict[str, str]) -> Path:
-    """The project's weights as a MarianMTModel, written by the peers' Python."""
-    script = REPO / "scripts" / "export_hf_marian.py"
-    cmd = [str(PEER_PY), str(script), "--run", str(run), "--out", str(out)]
+    """The project's weights as a MarianMTModel (`seq2seq export --format hf-marian`)."""
+    if out.exists():
+        shutil.rmtree(out)
+    cmd = [sys.executable, "-m", "seq2seq", "--quiet", "export", "--run", str(run)]
+    cmd += ["--format", "hf-marian", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        sys.exit(f"export_hf_marian.py failed:\n{proc.stderr[-3000:]}")
+        sys.exit(f"seq2seq export --format hf-marian failed:\n{proc.stderr[-3000:]}")
+    return out
+
+
+def opus_mt_layout(model: Path, spm_model: Path, out: Path) -> Path:
+    """The peer's MarianMTModel as an OPUS-MT directory. The peers' training saves the
+    MarianTokenizer files beside the model; where they are missing, they are made: its
+    SentencePiece model as source.spm and target.spm, vocab.json mapping each piece to its
+    SentencePiece id (the ids the peer trained on) and <pad> to the id after them."""
+    import sentencepiece as spm
+
+    from seq2seq.tokenizer import MARIAN_FILES
+
+    if all((model / name).is_file() for name in MARIAN_FILES):
+        return model
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(model, out)
+    sp = spm.SentencePieceProcessor(model_file=str(spm_model))
+    vocab = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    vocab["<pad>"] = sp.get_piece_size()
+    config = json.loads((model / "config.json").read_text())
+    if config["pad_token_id"] != vocab["<pad>"] or config["vocab_size"] != len(vocab):
+        sys.exit(f"{model}: not the peers' layout (<pad> after the SentencePiece pieces)")
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), "utf-8")
+    for name in ("source.spm", "target.spm"):
+        shutil.copyfile(spm_model, out / name)
+    tokenizer = {"tokenizer_class": "MarianTokenizer", "source_lang": "en", "target_lang": "fr"}
+    (out / "tokenizer_config.json").write_text(json.dumps(tokenizer), "utf-8")
     return out
 
 
@@ -257,6 +296,14 @@ def main() -> None:
     p.add_argument("--train-seconds", type=float, default=600.0)
     p.add_argument("--project-run", type=Path, help="a trained project run to reuse")
     p.add_argument("--peer-model", type=Path, help="a trained peer model (…/peer/model) to reuse")
+    p.add_argument(
+        "--peer-spm", type=Path, help="the peer's SentencePiece model (…/peer-spm/spm.model)"
+    )
+    p.add_argument(
+        "--imported-only",
+        action="store_true",
+        help="only the peer model imported into seq2seq, beside HF generate and CTranslate2",
+    )
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--limit", type=int, default=0, help="decode only the first N valid lines")
@@ -266,11 +313,11 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     env = bench_env(args.threads)
     run = args.project_run
-    if run is None:
+    if run is None and not args.imported_only:
         run = Path(train_project(args.data, args.out, args.train_seconds, args.threads, env)["run"])
     # The peer gets a SentencePiece model made by the peers' spm.sh (same data, type and size):
     # CTranslate2's converter needs their id layout (no <pad> piece; pad appended at id V).
-    peer_spm = args.out / "peer-spm" / "spm.model"
+    peer_spm = args.peer_spm or args.out / "peer-spm" / "spm.model"
     if not peer_spm.is_file():
         subprocess.run(
             [
@@ -298,21 +345,26 @@ def main() -> None:
         data = args.out
     else:
         data = args.data
-    systems = {"seq2seq": decode_project(run, src, refs, args.threads, args.repeats, args.out)}
-    exported = decode_exported_ct2(run, src, refs, args.threads, args.repeats, args.out)
-    if exported is not None:
-        systems["ctranslate2 float32, seq2seq export"] = exported
-    marian = export_to_marian(run, args.out / "seq2seq-as-marian", env)
-    project_spm = run / "tokenizer" / "spm.model"
-    hf_same_dir = str(args.out / "hf-same")
-    same = [("hf-marian generate, seq2seq weights", "hf_marian_translate.py", hf_same_dir)]
-    systems.update(
-        decode_with_peer_scripts(same, marian, project_spm, data, args.threads, args.repeats, env)
-    )
-    same_output = {
-        mode: agreement(args.out / f"seq2seq.{mode}.txt", args.out / f"hf-same/hyp.{mode}.txt")
-        for mode in ("greedy", *(f"beam{b}" for b in BEAMS if b > 1))
-    }
+    systems: dict = {}
+    same = [("hf-marian generate, seq2seq weights", "hf_marian_translate.py", "hf-same")]
+    if not args.imported_only:
+        systems["seq2seq"] = decode_project(run, src, refs, args.threads, args.repeats, args.out)
+        exported = decode_exported_ct2(run, src, refs, args.threads, args.repeats, args.out)
+        if exported is not None:
+            systems["ctranslate2 float32, seq2seq export"] = exported
+        marian = export_to_marian(run, args.out / "seq2seq-as-marian", env)
+        project_spm = run / "tokenizer" / "spm.model"
+        systems.update(
+            decode_with_peer_scripts(
+                [(n, sc, str(args.out / f)) for n, sc, f in same],
+                marian,
+                project_spm,
+                data,
+                args.threads,
+                args.repeats,
+                env,
+            )
+        )
     peer = [
         ("hf-marian generate, peer weights", "hf_marian_translate.py", "hf"),
         ("ctranslate2 float32, peer weights", "ct2_translate.py", "ct2"),
@@ -328,6 +380,23 @@ def main() -> None:
             env,
         )
     )
+    # The peer's own weights imported and decoded by the project: the same weights as the two
+    # peer rows, so the three compare directly.
+    from seq2seq.hf_marian import import_hf_marian
+
+    imported = args.out / "peer-imported"
+    if imported.exists():
+        shutil.rmtree(imported)
+    import_hf_marian(str(opus_mt_layout(model, peer_spm, args.out / "peer-as-opus-mt")), imported)
+    imported_name = "seq2seq, imported peer weights"
+    systems[imported_name] = decode_project(
+        imported, src, refs, args.threads, args.repeats, args.out, "imported", length_penalty=1.0
+    )
+    imported_agreement = {
+        f"{mode} {peer}": agreement(args.out / f"imported.{mode}.txt", folder / f"hyp.{mode}.txt")
+        for mode in ("greedy", *(f"beam{b}" for b in BEAMS if b > 1))
+        for peer, folder in (("hf", args.out / "hf"), ("ct2", args.out / "ct2" / "ct2-float32"))
+    }
 
     print(
         f"\ndecoding {len(src)} valid sentences, {args.threads} threads, batches of {BATCH}, "
@@ -337,35 +406,53 @@ def main() -> None:
     for name, modes in systems.items():
         for mode, r in modes.items():
             print(f"{name:<36} {mode:<7} {r['sent_s']:>8.1f} {r['tok_s']:>8.0f} {r['bleu']:>6.2f}")
-    for mode, share in same_output.items():
-        print(f"{mode} outputs identical, seq2seq vs HF on the same weights: {share:.1%}")
-    ours, hf_same = systems["seq2seq"], systems[same[0][0]]
     hf_peer, ct2 = systems[peer[0][0]], systems[peer[1][0]]
-    ratios = {}
-    for mode in ours:
-        vs_hf = ours[mode]["sent_s"] / hf_same[mode]["sent_s"]
-        hf_vs_ct2 = hf_peer[mode]["sent_s"] / ct2[mode]["sent_s"]
-        ratios[mode] = {
-            "vs_hf_same_weights": vs_hf,
-            "vs_ct2_through_hf": vs_hf * hf_vs_ct2,
-            "vs_ct2_direct_tok_s": ours[mode]["tok_s"] / ct2[mode]["tok_s"],
-        }
-        print(
-            f"{mode}: seq2seq / HF generate (same weights, sent/s) {vs_hf:.2f}×; "
-            f"seq2seq / CTranslate2 float32 {vs_hf * hf_vs_ct2:.2f}× through HF on each "
-            f"model's weights, {ratios[mode]['vs_ct2_direct_tok_s']:.2f}× direct in tok/s "
-            "(different models)"
-        )
-    mine = systems.get("ctranslate2 float32, seq2seq export")
-    if mine is not None:
-        for mode in ours:
-            ratios[mode]["vs_own_ct2_export"] = ours[mode]["sent_s"] / mine[mode]["sent_s"]
-            print(
-                f"{mode}: seq2seq / CTranslate2 float32 on seq2seq's exported weights (sent/s) "
-                f"{ratios[mode]['vs_own_ct2_export']:.2f}×"
+    ratios: dict = {mode: {} for mode in ct2}
+    if not args.imported_only:
+        same_output = {
+            mode: agreement(
+                args.out / f"seq2seq.{mode}.txt", args.out / "hf-same" / f"hyp.{mode}.txt"
             )
+            for mode in ("greedy", *(f"beam{b}" for b in BEAMS if b > 1))
+        }
+        systems["agreement_same_weights"] = same_output
+        for mode, share in same_output.items():
+            print(f"{mode} outputs identical, seq2seq vs HF on the same weights: {share:.1%}")
+        ours, hf_same = systems["seq2seq"], systems[same[0][0]]
+        for mode in ours:
+            vs_hf = ours[mode]["sent_s"] / hf_same[mode]["sent_s"]
+            hf_vs_ct2 = hf_peer[mode]["sent_s"] / ct2[mode]["sent_s"]
+            ratios[mode] = {
+                "vs_hf_same_weights": vs_hf,
+                "vs_ct2_through_hf": vs_hf * hf_vs_ct2,
+                "vs_ct2_direct_tok_s": ours[mode]["tok_s"] / ct2[mode]["tok_s"],
+            }
+            print(
+                f"{mode}: seq2seq / HF generate (same weights, sent/s) {vs_hf:.2f}×; "
+                f"seq2seq / CTranslate2 float32 {vs_hf * hf_vs_ct2:.2f}× through HF on each "
+                f"model's weights, {ratios[mode]['vs_ct2_direct_tok_s']:.2f}× direct in tok/s "
+                "(different models)"
+            )
+        mine = systems.get("ctranslate2 float32, seq2seq export")
+        if mine is not None:
+            for mode in ours:
+                ratios[mode]["vs_own_ct2_export"] = ours[mode]["sent_s"] / mine[mode]["sent_s"]
+                print(
+                    f"{mode}: seq2seq / CTranslate2 float32 on seq2seq's exported weights "
+                    f"(sent/s) {ratios[mode]['vs_own_ct2_export']:.2f}×"
+                )
+    mine = systems[imported_name]
+    for key, share in imported_agreement.items():
+        print(f"outputs identical, imported peer model in seq2seq vs {key}: {share:.1%}")
+    for mode in mine:
+        vs_hf = ratios[mode]["imported_vs_hf"] = mine[mode]["sent_s"] / hf_peer[mode]["sent_s"]
+        vs_ct2 = ratios[mode]["imported_vs_ct2"] = mine[mode]["sent_s"] / ct2[mode]["sent_s"]
+        print(
+            f"{mode}: imported peer model, seq2seq / HF generate {vs_hf:.2f}×, seq2seq / "
+            f"CTranslate2 float32 {vs_ct2:.2f}× (sent/s, same weights)"
+        )
     systems["ratios"] = ratios
-    systems["agreement_same_weights"] = same_output
+    systems["greedy_agreement_imported"] = imported_agreement
     (args.out / "bench_translate.json").write_text(json.dumps(systems, indent=2))
 
 

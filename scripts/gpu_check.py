@@ -83,7 +83,8 @@ def bench_decoding(data: Path, out: Path, minutes: float, repeats: int) -> dict:
     run = Path(trained["run"])
     src = (data / "valid.en").read_text(encoding="utf-8").splitlines()[:1000]
     refs = (data / "valid.fr").read_text(encoding="utf-8").splitlines()[:1000]
-    systems = {"seq2seq (bf16 autocast)": decode_project(run, src, refs, 8, repeats, out, "cuda")}
+    ours = decode_project(run, src, refs, 8, repeats, out, device="cuda")
+    systems = {"seq2seq (bf16 autocast)": ours}
     for i, compute in enumerate(("float16", "int8_float16")):
         found = decode_exported_ct2(run, src, refs, 8, repeats, out, "cuda", compute, i == 0)
         if found is not None:

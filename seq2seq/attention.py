@@ -15,7 +15,6 @@ from .batching import no_peek_mask, pad, padding_mask
 from .errors import UserError
 from .model import MultiHeadAttention, Transformer
 from .search import greedy
-from .tokenizer import BOS_ID, EOS_ID
 
 
 def explicit_cross_attention(
@@ -38,7 +37,7 @@ def cross_attention_weights(
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """Logits of the full (teacher-forced) forward pass and each decoder layer's cross-attention
     weights [B, H, T, S]; the same computation as `model.forward`, layer by layer."""
-    src_mask, tgt_mask = padding_mask(src), no_peek_mask(tgt_in)
+    src_mask, tgt_mask = padding_mask(src, model.pad_id), no_peek_mask(tgt_in, model.pad_id)
     memory = model.encode(src, src_mask)
     x = model.embed(model.tgt_embed, tgt_in)
     captured: list[torch.Tensor] = []
@@ -76,15 +75,23 @@ def attention_of_translation(
         )
     device = next(model.parameters()).device
     model.eval()
-    src = pad([ids]).to(device)
+    special = tokenizer.ids
+    src = pad([ids], pad_id=special.pad).to(device)
     hyp = greedy(
-        model, src, padding_mask(src), decode.max_len_a, decode.max_len_b, decode.length_penalty
+        model,
+        src,
+        padding_mask(src, special.pad),
+        decode.max_len_a,
+        decode.max_len_b,
+        decode.length_penalty,
+        length_norm=decode.length_norm,
+        special=special,
     )[0]
-    # Row t of the weights is the step that produced output t (BOS + the first t tokens in).
-    tgt_in = torch.tensor([[BOS_ID, *hyp.tokens]], device=device)
+    # Row t of the weights is the step that produced output t (start + the first t tokens in).
+    tgt_in = torch.tensor([[special.start, *hyp.tokens]], device=device)
     _, weights = cross_attention_weights(model, src, tgt_in)
-    src_pieces = [tokenizer.src.id_to_piece(i) for i in ids]
-    out_pieces = [tokenizer.tgt.id_to_piece(i) for i in [*hyp.tokens, EOS_ID]]
+    src_pieces = tokenizer.src_pieces(ids)
+    out_pieces = tokenizer.tgt_pieces([*hyp.tokens, special.eos])
     return src_pieces, out_pieces, [w[0].float().cpu() for w in weights]
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .tokenizer import DEFAULT_IDS, PAD_ID, SpecialIds
 
 
 @dataclass
@@ -27,30 +27,35 @@ class Batch:
     tgt_in: torch.Tensor  # [B, T] BOS + target: the decoder's input
     tgt_out: torch.Tensor  # [B, T] target + EOS: what it must predict (PAD where padded)
     src_mask: torch.Tensor  # [B, S] key-padding mask for encoder and cross-attention
+    pad_id: int = PAD_ID
 
     @property
     def ntokens(self) -> int:
         """Real target tokens, the unit the loss is normalised by."""
-        return int((self.tgt_out != PAD_ID).sum())
+        return int((self.tgt_out != self.pad_id).sum())
 
     def to(self, device: torch.device) -> Batch:
         non_blocking = device.type == "cuda"
-        return Batch(*(t.to(device, non_blocking=non_blocking) for t in self._tensors()))
+        moved = (t.to(device, non_blocking=non_blocking) for t in self._tensors())
+        return Batch(*moved, pad_id=self.pad_id)
 
     def pin_memory(self) -> Batch:
-        return Batch(*(t.pin_memory() for t in self._tensors()))
+        return Batch(*(t.pin_memory() for t in self._tensors()), pad_id=self.pad_id)
 
     def _tensors(self) -> tuple[torch.Tensor, ...]:
         return (self.src, self.tgt_in, self.tgt_out, self.src_mask)
 
 
 def pad(
-    seqs: Sequence[Sequence[int]], prefix: int | None = None, suffix: int | None = None
+    seqs: Sequence[Sequence[int]],
+    prefix: int | None = None,
+    suffix: int | None = None,
+    pad_id: int = PAD_ID,
 ) -> torch.Tensor:
     """Right-pad id sequences into a [B, L] tensor, optionally adding a first/last id to each."""
     extra = (prefix is not None) + (suffix is not None)
     width = max(len(s) for s in seqs) + extra
-    out = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
+    out = np.full((len(seqs), width), pad_id, dtype=np.int64)
     start = 1 if prefix is not None else 0
     for row, s in zip(out, seqs):
         n = len(s)
@@ -62,24 +67,33 @@ def pad(
     return torch.from_numpy(out)
 
 
-def padding_mask(ids: torch.Tensor) -> torch.Tensor:
+def padding_mask(ids: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
     """[B, L] True where the token is real (not padding)."""
-    return ids != PAD_ID
+    return ids != pad_id
 
 
-def no_peek_mask(tgt_in: torch.Tensor) -> torch.Tensor:
-    """[B, T, T]: query t may attend key u only if u <= t and u is not padding."""
+def no_peek_mask(tgt_in: torch.Tensor, pad_id: int = PAD_ID) -> torch.Tensor:
+    """[B, T, T]: query t may attend key u only if u <= t and u is not padding.
+
+    The first position is the start token, never padding, even where the start token's id is
+    the padding id (Marian's)."""
     t = tgt_in.size(1)
     causal = torch.ones(t, t, dtype=torch.bool, device=tgt_in.device).tril()
-    return causal.unsqueeze(0) & padding_mask(tgt_in).unsqueeze(1)
+    real = padding_mask(tgt_in, pad_id)
+    real[:, 0] = True
+    return causal.unsqueeze(0) & real.unsqueeze(1)
 
 
-def collate(src_ids: Sequence[Sequence[int]], tgt_ids: Sequence[Sequence[int]]) -> Batch:
+def collate(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]],
+    ids: SpecialIds = DEFAULT_IDS,
+) -> Batch:
     """Pad a list of (EOS-terminated source, bare target) pairs into a Batch."""
-    src = pad(src_ids)
-    tgt_in = pad(tgt_ids, prefix=BOS_ID)
-    tgt_out = pad(tgt_ids, suffix=EOS_ID)
-    return Batch(src, tgt_in, tgt_out, padding_mask(src))
+    src = pad(src_ids, pad_id=ids.pad)
+    tgt_in = pad(tgt_ids, prefix=ids.start, pad_id=ids.pad)
+    tgt_out = pad(tgt_ids, suffix=ids.eos, pad_id=ids.pad)
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, ids.pad), ids.pad)
 
 
 def token_budget_batches(
@@ -127,15 +141,17 @@ def epoch_batches(
     return token_budget_batches(src_lens, tgt_lens, max_tokens, rng)
 
 
-def iterate(dataset, batches: Sequence[np.ndarray], start: int = 0) -> Iterator[Batch]:
+def iterate(
+    dataset, batches: Sequence[np.ndarray], start: int = 0, ids: SpecialIds = DEFAULT_IDS
+) -> Iterator[Batch]:
     """Collate batches `start…` of a tokenized dataset (columns `src_ids`, `tgt_ids`)."""
     for idx in batches[start:]:
-        yield _collate_rows(dataset, idx)
+        yield _collate_rows(dataset, idx, ids)
 
 
-def _collate_rows(dataset, idx: np.ndarray) -> Batch:
+def _collate_rows(dataset, idx: np.ndarray, ids: SpecialIds) -> Batch:
     rows = dataset[idx.tolist()]
-    return collate(rows["src_ids"], rows["tgt_ids"])
+    return collate(rows["src_ids"], rows["tgt_ids"], ids)
 
 
 # Each batch gathers rows from all over the corpus, and the kernel maps 64 KiB around every row
@@ -184,15 +200,15 @@ def release_arrow_pages() -> int:
 class _CollatedBatches(torch.utils.data.Dataset):
     """Batches of a tokenized dataset, collated on access so a loader worker can do it."""
 
-    def __init__(self, dataset, batches: Sequence[np.ndarray]):
-        self.dataset, self.batches = dataset, batches
+    def __init__(self, dataset, batches: Sequence[np.ndarray], ids: SpecialIds):
+        self.dataset, self.batches, self.ids = dataset, batches, ids
         self._mapped_limit: int | None = None  # set in the process that reads (maybe a worker)
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
-        batch = _collate_rows(self.dataset, self.batches[i])
+        batch = _collate_rows(self.dataset, self.batches[i], self.ids)
         mapped = _shared_resident_bytes()
         if self._mapped_limit is None:
             self._mapped_limit = mapped + RELEASE_ABOVE_BYTES
@@ -201,10 +217,16 @@ class _CollatedBatches(torch.utils.data.Dataset):
         return batch
 
 
-def loader(dataset, batches: Sequence[np.ndarray], workers: int = 0, pin: bool = False):
+def loader(
+    dataset,
+    batches: Sequence[np.ndarray],
+    workers: int = 0,
+    pin: bool = False,
+    ids: SpecialIds = DEFAULT_IDS,
+):
     """Batches in order, collated (and pinned) by `workers` background processes when > 0."""
     return torch.utils.data.DataLoader(
-        _CollatedBatches(dataset, batches),
+        _CollatedBatches(dataset, batches, ids),
         batch_size=None,  # items are whole batches already
         num_workers=workers,
         pin_memory=pin,
@@ -239,6 +261,6 @@ def padding_ratio(batches: Sequence[Batch]) -> float:
     """Fraction of padding among all source and target positions."""
     real = total = 0
     for b in batches:
-        real += int(b.src_mask.sum()) + int((b.tgt_out != PAD_ID).sum())
+        real += int(b.src_mask.sum()) + b.ntokens
         total += b.src.numel() + b.tgt_out.numel()
     return 1.0 - real / total if total else 0.0

@@ -27,6 +27,7 @@ from .files import atomic_write, atomic_write_stream, atomic_write_text
 
 CHECKPOINT_DIR = "checkpoints"
 BEST = "best"
+IMPORTED_FROM = "imported_from"  # safetensors metadata of imported weights: where they came from
 _STEP = re.compile(r"^step_(\d+)\.safetensors$")
 
 
@@ -185,6 +186,16 @@ def load_weights(model: nn.Module, path: Path) -> None:
         load_model(model, str(path), strict=True, device=str(_device_of(model)))
     except RuntimeError as e:
         raise UserError(f"{path} does not fit this model: {e}") from None
+
+
+def imported_from(weights: Path) -> str | None:
+    """Where a checkpoint's weights were imported from (its `imported_from` metadata), if they
+    were imported rather than trained."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return (f.metadata() or {}).get(IMPORTED_FROM)
+    except Exception:  # unreadable: load_weights explains it when the weights are used
+        return None
 
 
 def _device_of(model: nn.Module) -> torch.device:

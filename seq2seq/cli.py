@@ -121,13 +121,21 @@ def train(
     dry_run: Annotated[
         bool, typer.Option(help="Validate the config, build the model, print its size; no data.")
     ] = False,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="Start from this run's weights and tokenizer (an imported model, say) with a "
+            "fresh optimizer; its model and tokenizer sections apply."
+        ),
+    ] = None,
 ) -> None:
     """Train a model as a config describes.
 
     Examples:\n
       seq2seq train --config configs/demo.yaml\n
       seq2seq train -c configs/en-fr.yaml --set train.max_steps=1000 --run runs/try\n
-      seq2seq train -c configs/demo.yaml --resume
+      seq2seq train -c configs/demo.yaml --resume\n
+      seq2seq train -c ft.yaml --init-from runs/opus-mt-en-fr   # fine-tune
     """
     from .config import check_files, load_config
 
@@ -135,6 +143,11 @@ def train(
     if run is not None:
         overrides.append(f"run_dir={run}")
     cfg = load_config(config, overrides)
+    init = None
+    if init_from is not None:
+        from .rundir import config_for_init
+
+        cfg, init = config_for_init(cfg, init_from)
     if dry_run:
         _dry_run(cfg)
         return
@@ -149,6 +162,7 @@ def train(
         resume=resume,
         progress=not _options(ctx).get("quiet"),
         reset_dataloader=reset_dataloader,
+        init=init,
     )
     best = f", best valid BLEU {state.best_bleu:.2f}" if state.best_bleu is not None else ""
     if state.stopped_by is not None:
@@ -161,7 +175,7 @@ def _dry_run(cfg) -> None:
     from .model import Transformer, count_parameters, describe
 
     vocab = cfg.tokenizer.vocab_size
-    model = Transformer(cfg.model, vocab, vocab, joint_vocab=cfg.tokenizer.joint)
+    model = Transformer(cfg.model, vocab, vocab, cfg.tokenizer.joint, cfg.tokenizer.pad_id)
     m = cfg.model
     print(
         f"config OK. model: {m.encoder_layers}+{m.decoder_layers} layers, d_model {m.d_model}, "
@@ -514,21 +528,31 @@ def export(
     ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist or be empty).")],
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
-    format: Annotated[str, typer.Option("--format", "-f", help="ctranslate2")] = "ctranslate2",
+    format: Annotated[
+        str, typer.Option("--format", "-f", help="ctranslate2 or hf-marian.")
+    ] = "ctranslate2",
     checkpoint: Checkpoint = None,
 ) -> None:
-    """Write a trained model for a fast inference runtime (CTranslate2).
+    """Write a trained model for a fast inference runtime (CTranslate2), or as a Hugging Face
+    MarianMTModel folder with its tokenizer (hf-marian).
 
     Examples:\n
       seq2seq export --run runs/demo --format ctranslate2 runs/demo-ct2\n
+      seq2seq export --run runs/demo --format hf-marian runs/demo-hf\n
       python -c "import ctranslate2; t = ctranslate2.Translator('runs/demo-ct2'); ..."
     """
-    from .export import export_ctranslate2
+    if format == "ctranslate2":
+        from .export import export_ctranslate2
 
-    if format != "ctranslate2":
-        raise UserError(f"unknown export format {format!r}; available: ctranslate2")
-    written = export_ctranslate2(run, out, checkpoint)
-    print(f"wrote {written} (CTranslate2; source pieces only: it adds </s> itself)")
+        written = export_ctranslate2(run, out, checkpoint)
+        print(f"wrote {written} (CTranslate2; source pieces only: it adds </s> itself)")
+    elif format == "hf-marian":
+        from .hf_marian import export_hf_marian
+
+        written = export_hf_marian(run, out, checkpoint)
+        print(f"wrote {written} (MarianMTModel and MarianTokenizer files)")
+    else:
+        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian")
 
 
 @app.command()
@@ -556,6 +580,46 @@ def attention(
     src, out, weights = attention_of_translation(model, tokenizer, decode, sentence)
     log.info("translation: %s", tokenizer.tgt.decode_pieces(out[:-1]))
     print(plot_attention(src, out, weights, output or Path("attention.png")))
+
+
+import_app = typer.Typer(
+    name="import",
+    help="Turn a pretrained model into a run directory.\n\n"
+    "Example:\n\n"
+    "  seq2seq import hf-marian Helsinki-NLP/opus-mt-en-fr runs/opus-mt-en-fr",
+    no_args_is_help=True,
+)
+app.add_typer(import_app)
+
+
+@import_app.command("hf-marian")
+@_user_errors
+def import_hf_marian(
+    ctx: typer.Context,
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A saved MarianMTModel folder, or a hub name (offline: from the cache)."
+        ),
+    ],
+    run: Annotated[Path, typer.Argument(help="Run directory to create (new or empty).")],
+) -> None:
+    """Import a Hugging Face MarianMTModel (OPUS-MT) as a run directory that translate,
+    evaluate, info, attention, average and export use, and train --init-from fine-tunes.
+
+    Examples:\n
+      seq2seq import hf-marian Helsinki-NLP/opus-mt-en-fr runs/opus-mt-en-fr\n
+      seq2seq import hf-marian ~/models/opus-mt-en-de runs/en-de
+    """
+    from .hf_marian import import_hf_marian as run_import
+
+    cfg = run_import(source, run)
+    m, t = cfg.model, cfg.tokenizer
+    print(
+        f"imported {source} into {run}: {m.encoder_layers}+{m.decoder_layers} layers, d_model "
+        f"{m.d_model}, {m.activation}, vocabulary {t.vocab_size}"
+        f"{'' if t.joint else ' (separate target vocabulary)'}"
+    )
 
 
 @app.command("demo-data")

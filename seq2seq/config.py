@@ -12,6 +12,7 @@ from .errors import ConfigError, UserError
 from .files import atomic_write_text
 
 PositiveInt = Annotated[int, Field(gt=0)]
+TokenId = Annotated[int, Field(ge=0)]
 Probability = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 CONFIG_NAME = "config.yaml"
@@ -79,7 +80,11 @@ class DataConfig(_Strict):
 
     src_lang: str = Field("en", description="Source language code (key in hub/JSON records).")
     tgt_lang: str = Field("fr", description="Target language code.")
-    train: CorpusConfig = Field(description="Training corpus (trains the tokenizer too).")
+    train: CorpusConfig | None = Field(
+        None,
+        description="Training corpus (trains the tokenizer too); needed to train, not by an "
+        "imported model.",
+    )
     valid: CorpusConfig | None = Field(None, description="Validation corpus: loss and BLEU.")
     test: CorpusConfig | None = Field(None, description="Test corpus for `evaluate --split test`.")
     max_len: PositiveInt = Field(
@@ -111,6 +116,38 @@ class TokenizerConfig(_Strict):
     max_sentences: PositiveInt = Field(
         2_000_000, description="Sentences sampled from the training split to train SentencePiece."
     )
+    layout: Literal["sentencepiece", "marian"] = Field(
+        "sentencepiece",
+        description="`sentencepiece`: ids are the SentencePiece model's own (`spm.model`, or "
+        "`src.model` + `tgt.model`); `marian`: `source.spm`/`target.spm` pieces mapped to ids "
+        "through `vocab.json` (OPUS-MT; written by `seq2seq import hf-marian`, not trained).",
+    )
+    pad_id: TokenId = Field(0, description="Id of padding (never generated).")
+    bos_id: TokenId | None = Field(
+        1, description="Id of the begin-of-sentence token (never generated); null: none (Marian)."
+    )
+    eos_id: TokenId = Field(2, description="Id of the end-of-sentence token.")
+    unk_id: TokenId = Field(3, description="Id of the unknown-piece token.")
+    decoder_start_id: TokenId | None = Field(
+        None,
+        description="The decoder's first input; null: `bos_id` (Marian starts from `pad_id`).",
+    )
+
+    @model_validator(mode="after")
+    def _special_ids_fit(self) -> TokenizerConfig:
+        named = {"pad_id": self.pad_id, "eos_id": self.eos_id, "unk_id": self.unk_id}
+        if self.bos_id is not None:
+            named["bos_id"] = self.bos_id
+        if len(set(named.values())) < len(named):
+            raise ValueError(f"special token ids must differ (got {named})")
+        if self.decoder_start_id is None and self.bos_id is None:
+            raise ValueError("without a bos_id, decoder_start_id must be given")
+        return self
+
+    @property
+    def start_id(self) -> int:
+        """The id the decoder starts from."""
+        return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
 
 
 class ModelConfig(_Strict):
@@ -131,10 +168,24 @@ class ModelConfig(_Strict):
     tie_embeddings: bool = Field(
         True,
         description="Share target embeddings with the output layer (and the source "
-        "embeddings too when the vocabulary is joint).",
+        "embeddings too when the vocabulary is joint, unless share_embeddings is false).",
     )
     max_positions: PositiveInt = Field(
         1024, description="Longest sequence (tokens) the positional table covers."
+    )
+    activation: Literal["relu", "gelu", "swish"] = Field(
+        "relu", description="Feed-forward activation (§3.3: relu; OPUS-MT: swish)."
+    )
+    share_embeddings: bool | None = Field(
+        None,
+        description="Source and target embeddings are one matrix (needs a joint vocabulary); "
+        "null: as tie_embeddings.",
+    )
+    scale_embeddings: bool = Field(True, description="Multiply embeddings by √d_model (§3.4).")
+    final_logits_bias: bool = Field(
+        False,
+        description="A fixed bias on the output logits, loaded with the weights and not trained "
+        "(Marian's final_logits_bias).",
     )
 
     @model_validator(mode="after")
@@ -250,6 +301,8 @@ class Config(_Strict):
 
     @model_validator(mode="after")
     def _lengths_fit(self) -> Config:
+        if self.model.share_embeddings and not self.tokenizer.joint:
+            raise ValueError("model.share_embeddings needs a joint vocabulary (tokenizer.joint)")
         if self.data.max_len + 1 > self.model.max_positions:
             raise ValueError(
                 f"data.max_len ({self.data.max_len}) + 1 must not exceed model.max_positions "
@@ -346,8 +399,9 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 
 
 def missing_files(cfg: Config) -> list[str]:
-    """Corpus files named in the config that do not exist, as `key.path: file` lines."""
-    problems = []
+    """Corpus files named in the config that do not exist, as `key.path: file` lines (and the
+    training corpus itself when none is named: training needs one)."""
+    problems = [] if cfg.data.train is not None else ["data.train: required to train"]
     for split in ("train", "valid", "test"):
         corpus = getattr(cfg.data, split)
         if corpus is None:

@@ -17,10 +17,10 @@ import torch
 from pandas.util import hash_array  # pandas comes with datasets
 
 from .batching import release_arrow_pages
-from .config import Config, CorpusConfig
+from .config import Config, CorpusConfig, TokenizerConfig
 from .errors import UserError
 from .files import atomic_write_text
-from .tokenizer import Tokenizer, load_tokenizer, model_paths, train_tokenizer
+from .tokenizer import Tokenizer, load_run_tokenizer, tokenizer_files, train_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -269,19 +269,19 @@ class _EncodeAndFilter:
     def __init__(
         self,
         run_dir: str,
-        joint: bool,
+        tokenizer: TokenizerConfig,
         max_len: int,
         max_len_ratio: float | None,
         repeats: np.ndarray | None,
         tally_dir: str,
     ):
-        self.run_dir, self.joint, self.max_len = run_dir, joint, max_len
+        self.run_dir, self.tokenizer, self.max_len = run_dir, tokenizer, max_len
         self.max_len_ratio, self.repeats, self.tally_dir = max_len_ratio, repeats, tally_dir
         self._tok: Tokenizer | None = None
 
     def __call__(self, batch: dict[str, list[str]], indices: list[int]) -> dict[str, list]:
         if self._tok is None:
-            self._tok = load_tokenizer(Path(self.run_dir), self.joint)
+            self._tok = load_run_tokenizer(Path(self.run_dir), self.tokenizer)
         repeat = np.zeros(len(indices), dtype=bool)
         if self.repeats is not None:
             at = np.asarray(indices, dtype=np.int64)
@@ -350,23 +350,29 @@ TOKEN_FEATURES = datasets.Features(
 def tokenize(
     ds: datasets.Dataset,
     run_dir: Path,
-    joint: bool,
+    tokenizer: TokenizerConfig | bool,
     max_len: int,
     num_proc: int = 1,
     max_len_ratio: float | None = None,
     dedup: bool = False,
 ) -> tuple[datasets.Dataset, FilterReport]:
-    """Token ids and lengths of the pairs that pass the filters, and why the others did not."""
-    src_model, tgt_model = model_paths(run_dir, joint)
+    """Token ids and lengths of the pairs that pass the filters, and why the others did not.
+
+    `tokenizer` describes the run directory's tokenizer (True / False: SentencePiece with the
+    default ids, joint or not)."""
+    if isinstance(tokenizer, bool):
+        tokenizer = TokenizerConfig(joint=tokenizer)
     # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, the filters.
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{ds._fingerprint}|{max_len}|{max_len_ratio}|{dedup}".encode())
-    for p in (src_model, tgt_model):
+    for p in tokenizer_files(run_dir, tokenizer):
         h.update(p.read_bytes())
     key = h.hexdigest()
     repeats = duplicate_bits(ds) if dedup else None
     with tempfile.TemporaryDirectory(prefix="seq2seq-tally-") as tally_dir:
-        encode = _EncodeAndFilter(str(run_dir), joint, max_len, max_len_ratio, repeats, tally_dir)
+        encode = _EncodeAndFilter(
+            str(run_dir), tokenizer, max_len, max_len_ratio, repeats, tally_dir
+        )
 
         def run(from_cache: bool) -> datasets.Dataset:
             return ds.map(
@@ -463,10 +469,10 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
     run_dir = Path(cfg.run_dir)
     d = cfg.data
     train_raw = load_corpus(d.train, d.src_lang, d.tgt_lang)
-    src_model, tgt_model = model_paths(run_dir, cfg.tokenizer.joint)
-    if reuse_tokenizer and src_model.is_file() and tgt_model.is_file():
-        tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
-        log.info("tokenizer: reusing %s", src_model.parent)
+    files = tokenizer_files(run_dir, cfg.tokenizer)
+    if reuse_tokenizer and all(p.is_file() for p in files):
+        tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
+        log.info("tokenizer: reusing %s", files[0].parent)
     else:
         log.info(
             "tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, d.train.describe()
@@ -485,7 +491,7 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
     )
     reports = {}
     train_ds, reports["train"] = tokenize(
-        train_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc, d.max_len_ratio, d.dedup
+        train_raw, run_dir, cfg.tokenizer, d.max_len, d.num_proc, d.max_len_ratio, d.dedup
     )
     log.info("train: %s", reports["train"])
     if len(train_ds) == 0:
@@ -498,7 +504,7 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
         valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
         # Validation keeps its repeats and odd ratios: only what the model cannot take goes.
         valid_ds, reports["valid"] = tokenize(
-            valid_raw, run_dir, tokenizer.joint, d.max_len, d.num_proc
+            valid_raw, run_dir, cfg.tokenizer, d.max_len, d.num_proc
         )
         log.info("valid: %s", reports["valid"])
         if len(valid_ds) == 0:

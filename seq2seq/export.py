@@ -13,7 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .config import load_run_config
 from .errors import UserError
+from .tokenizer import tokenizer_files
 from .translator import load_translator
 
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the model uses
@@ -33,16 +35,22 @@ def _norm(spec, norm: torch.nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
 
 
-def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
-    """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies."""
+def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], special=None):
+    """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies; `special`
+    (SpecialIds) names its special tokens (default: the project's <s>, </s>, <unk>)."""
     from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model.cfg
+    activations = {
+        "relu": common_spec.Activation.RELU,
+        "gelu": common_spec.Activation.GELU,
+        "swish": common_spec.Activation.SWISH,
+    }
     spec = transformer_spec.TransformerSpec.from_config(
         (cfg.encoder_layers, cfg.decoder_layers),
         cfg.heads,
         pre_norm=cfg.norm_first,
-        activation=common_spec.Activation.RELU,
+        activation=activations[cfg.activation],
     )
     positions = _np(model.positions)
     enc, dec = spec.encoder, spec.decoder
@@ -72,8 +80,17 @@ def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str]):
         _norm(enc.layer_norm, model.encoder_norm)
         _norm(dec.layer_norm, model.decoder_norm)
     dec.projection.weight = _np(model.output.weight)
+    if model.final_logits_bias is not None:
+        dec.projection.bias = _np(model.final_logits_bias)
+    enc.scale_embeddings = dec.scale_embeddings = cfg.scale_embeddings
     spec.register_source_vocabulary(src_pieces)
     spec.register_target_vocabulary(tgt_pieces)
+    if special is not None:
+        spec.config.unk_token = tgt_pieces[special.unk]
+        spec.config.eos_token = tgt_pieces[special.eos]
+        if special.bos is not None:
+            spec.config.bos_token = tgt_pieces[special.bos]
+        spec.config.decoder_start_token = tgt_pieces[special.start]
     # The tokenizer ends every source with EOS; CTranslate2 adds it, so callers pass pieces only.
     spec.config.add_source_eos = True
     spec.config.layer_norm_epsilon = LAYER_NORM_EPS
@@ -93,11 +110,7 @@ def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None)
         raise UserError(f"{out} exists and is not an empty folder; choose a new one")
     translator, _ = load_translator(run_dir, checkpoint, "cpu")
     tok = translator.tokenizer
-
-    def pieces(sp) -> list[str]:
-        return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
-
-    spec = transformer_spec(translator.model, pieces(tok.src), pieces(tok.tgt))
+    spec = transformer_spec(translator.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
 
     class _FromSpec(Converter):
         def _load(self):
@@ -105,6 +118,7 @@ def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None)
 
     _FromSpec().convert(str(out), force=True)
     # CTranslate2 takes pieces, not text: the SentencePiece model(s) travel with the weights.
-    for model_file in sorted((Path(run_dir) / "tokenizer").glob("*.model")):
+    cfg = load_run_config(run_dir)
+    for model_file in tokenizer_files(run_dir, cfg.tokenizer):
         shutil.copyfile(model_file, out / model_file.name)
     return out

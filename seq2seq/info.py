@@ -10,7 +10,7 @@ from .checkpoint import BEST, checkpoint_dir, list_checkpoints
 from .config import load_run_config
 from .model import count_parameters
 from .runlog import METRICS_NAME
-from .tokenizer import load_tokenizer
+from .tokenizer import load_run_tokenizer
 from .translator import build_model
 
 
@@ -35,7 +35,7 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     """Config summary, parameter count, tokenizer, steps trained and best BLEU of a run."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
+    tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
     m = cfg.model
     checkpoints = list_checkpoints(run_dir)
     best = best_validation(run_dir)
@@ -53,7 +53,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         # Built on the meta device: only the shapes are needed, not memory for the weights.
         "parameters": _parameters(cfg.model, tokenizer),
         "tokenizer": {
-            "type": cfg.tokenizer.type,
+            # An imported Marian vocabulary is named by its layout (its pieces' type is its own).
+            "type": cfg.tokenizer.type if cfg.tokenizer.layout == "sentencepiece" else "marian",
             "joint": tokenizer.joint,
             "src_vocab": tokenizer.src_vocab_size,
             "tgt_vocab": tokenizer.tgt_vocab_size,

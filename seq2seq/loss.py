@@ -17,7 +17,7 @@ from .tokenizer import PAD_ID
 
 
 def label_smoothed_loss(
-    logits: torch.Tensor, target: torch.Tensor, smoothing: float
+    logits: torch.Tensor, target: torch.Tensor, smoothing: float, pad_id: int = PAD_ID
 ) -> torch.Tensor:
     """Sum over real target tokens of the label-smoothed cross-entropy (ε = `smoothing`)."""
     # Softmax in float32 whatever the autocast dtype: the log-sum-exp over the vocabulary is where
@@ -25,7 +25,7 @@ def label_smoothed_loss(
     return F.cross_entropy(
         logits.flatten(0, -2).float(),
         target.flatten(),
-        ignore_index=PAD_ID,
+        ignore_index=pad_id,
         label_smoothing=smoothing,
         reduction="sum",
     )
@@ -39,14 +39,15 @@ def _chunk_rows(hidden: torch.Tensor, vocab: int) -> int:
 
 
 class _LinearCrossEntropy(torch.autograd.Function):
-    """Σ_rows CE_ε(softmax(hidden · weightᵀ), target), gradients computed chunk by chunk.
+    """Σ_rows CE_ε(softmax(hidden · weightᵀ + bias), target), gradients computed chunk by chunk
+    (none for the bias, a constant).
 
     Every matmul runs in `compute` (the autocast dtype, else the inputs' own), with the logits,
     the softmax and the weight gradient's sum over chunks in float32.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, smoothing, needs_grad, compute):
+    def forward(ctx, hidden, weight, target, smoothing, needs_grad, compute, bias=None):
         rows, vocab = hidden.size(0), weight.size(0)
         chunk = _chunk_rows(hidden, vocab)
         loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -58,6 +59,8 @@ class _LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, rows, chunk):
             h, t = h_all[start : start + chunk], target[start : start + chunk, None]
             z = (h @ w.T).float()
+            if bias is not None:
+                z += bias
             lse = torch.logsumexp(z, dim=1)
             # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution.
             row_loss = lse - (1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
@@ -84,18 +87,24 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return (
             grad_hidden * grad_loss.to(grad_hidden.dtype),
             (grad_weight * grad_loss).to(ctx.weight_dtype),
-            None,
-            None,
-            None,
-            None,
+            None,  # target
+            None,  # smoothing
+            None,  # needs_grad
+            None,  # compute
+            None,  # bias: a constant
         )
 
 
 @torch.compiler.disable  # a Python loop over chunks: run it eagerly inside compiled graphs
 def linear_cross_entropy(
-    hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, smoothing: float
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    smoothing: float,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum of label-smoothed cross-entropy of `hidden @ weight.T` against `target` (no padding).
+    """Sum of label-smoothed cross-entropy of `hidden @ weight.T (+ bias)` against `target` (no
+    padding); the bias is a constant.
 
     Under autocast the matmuls run in the autocast dtype, as the rest of the model's do.
     """
@@ -105,7 +114,9 @@ def linear_cross_entropy(
     if torch.is_autocast_enabled(device):
         compute = torch.get_autocast_dtype(device)
     with torch.autocast(device, enabled=False):  # dtypes are chosen explicitly inside
-        return _LinearCrossEntropy.apply(hidden, weight, target, smoothing, needs_grad, compute)
+        return _LinearCrossEntropy.apply(
+            hidden, weight, target, smoothing, needs_grad, compute, bias
+        )
 
 
 class TranslationLoss(nn.Module):
@@ -118,6 +129,7 @@ class TranslationLoss(nn.Module):
     def __init__(self, model: Transformer, smoothing: float):
         super().__init__()
         self.model, self.smoothing = model, smoothing
+        self.pad_id = model.pad_id
 
     def forward(
         self,
@@ -130,7 +142,11 @@ class TranslationLoss(nn.Module):
         # Causal-only self-attention: padded target positions may see padding, but they are
         # dropped below, and real positions never see a later (padded) key.
         states = self.model.decoder_states(tgt_in, memory, src_mask, None)
-        real = tgt_out != PAD_ID  # padded positions cost nothing in the output layer
+        real = tgt_out != self.pad_id  # padded positions cost nothing in the output layer
         return linear_cross_entropy(
-            states[real], self.model.output.weight, tgt_out[real], self.smoothing
+            states[real],
+            self.model.output.weight,
+            tgt_out[real],
+            self.smoothing,
+            self.model.final_logits_bias,
         )

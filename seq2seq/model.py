@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 import torch.nn.functional as F
@@ -18,6 +19,12 @@ from torch import nn
 
 from .config import ModelConfig
 from .tokenizer import PAD_ID
+
+ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "relu": F.relu,
+    "gelu": F.gelu,  # the exact (erf) form, as transformers' "gelu"
+    "swish": F.silu,
+}
 
 
 def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
@@ -177,15 +184,16 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2."""
+    """§3.3: FFN(x) = max(0, x W1 + b1) W2 + b2 (or another activation in place of max)."""
 
-    def __init__(self, d_model: int, ffn_dim: int):
+    def __init__(self, d_model: int, ffn_dim: int, activation: str = "relu"):
         super().__init__()
         self.up = nn.Linear(d_model, ffn_dim)
         self.down = nn.Linear(ffn_dim, d_model)
+        self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down(F.relu(self.up(x)))
+        return self.down(self.activation(self.up(x)))
 
 
 class Residual(nn.Module):
@@ -209,7 +217,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.heads, cfg.attention_dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation)
         self.attn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.ffn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
 
@@ -228,7 +236,7 @@ class DecoderLayer(nn.Module):
         self.cross_attn = MultiHeadAttention(
             cfg.d_model, cfg.heads, cfg.attention_dropout, cross=True
         )
-        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim)
+        self.ffn = FeedForward(cfg.d_model, cfg.ffn_dim, cfg.activation)
         self.self_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.cross_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
         self.ffn_block = Residual(cfg.d_model, cfg.dropout, cfg.norm_first)
@@ -297,18 +305,40 @@ class DecoderCache:
         self.src_mask = self.src_mask.index_select(0, sentences)
 
 
-class Transformer(nn.Module):
-    """Encoder-decoder Transformer; `forward` returns logits over the target vocabulary."""
+def _without_row(grad: torch.Tensor, row: int) -> torch.Tensor:
+    """The gradient with one row zeroed (that row of the parameter does not train)."""
+    grad = grad.clone()
+    grad[row] = 0
+    return grad
 
-    def __init__(self, cfg: ModelConfig, src_vocab: int, tgt_vocab: int, joint_vocab: bool):
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer; `forward` returns logits over the target vocabulary.
+
+    `pad_id` is the padding row of the embeddings (zero at initialisation). When the decoder
+    starts from that row (`start_id == pad_id`, as Marian), it is kept as loaded: Marian and
+    CTranslate2's converter take the start as a fixed zero embedding, and a tied output layer
+    would otherwise train the row.
+    """
+
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        src_vocab: int,
+        tgt_vocab: int,
+        joint_vocab: bool,
+        pad_id: int = PAD_ID,
+        start_id: int | None = None,
+    ):
         super().__init__()
-        self.cfg = cfg
+        self.cfg, self.pad_id = cfg, pad_id
         d = cfg.d_model
-        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=PAD_ID)
+        self.src_embed = nn.Embedding(src_vocab, d, padding_idx=pad_id)
         # §3.4: one weight matrix for both embeddings and the pre-softmax projection.
-        share_src = cfg.tie_embeddings and joint_vocab and src_vocab == tgt_vocab
+        share = cfg.tie_embeddings if cfg.share_embeddings is None else cfg.share_embeddings
+        share_src = share and joint_vocab and src_vocab == tgt_vocab
         self.tgt_embed = (
-            self.src_embed if share_src else nn.Embedding(tgt_vocab, d, padding_idx=PAD_ID)
+            self.src_embed if share_src else nn.Embedding(tgt_vocab, d, padding_idx=pad_id)
         )
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
@@ -318,6 +348,13 @@ class Transformer(nn.Module):
         self.output = nn.Linear(d, tgt_vocab, bias=False)
         if cfg.tie_embeddings:
             self.output.weight = self.tgt_embed.weight
+        if cfg.final_logits_bias:  # a buffer, as in transformers: loaded, saved, never trained
+            self.register_buffer("final_logits_bias", torch.zeros(tgt_vocab))
+        else:
+            self.final_logits_bias = None
+        self.embed_scale = math.sqrt(d) if cfg.scale_embeddings else 1.0
+        if start_id == pad_id:
+            self.tgt_embed.weight.register_hook(partial(_without_row, row=pad_id))
         self.dropout = Dropout(cfg.dropout)
         self.register_buffer(
             "positions", sinusoidal_positions(cfg.max_positions, d), persistent=False
@@ -347,7 +384,7 @@ class Transformer(nn.Module):
             # Scaled by √d_model on the way in, so this keeps embeddings and positions comparable.
             nn.init.normal_(emb.weight, mean=0.0, std=d**-0.5)
             with torch.no_grad():
-                emb.weight[PAD_ID].zero_()
+                emb.weight[self.pad_id].zero_()
 
     def embed(self, embedding: nn.Embedding, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
         """§3.4 + §3.5: embeddings × √d_model plus sinusoidal positions, then dropout."""
@@ -357,7 +394,7 @@ class Transformer(nn.Module):
                 f"sequence of {offset + length} tokens exceeds max_positions "
                 f"({self.cfg.max_positions})"
             )
-        x = embedding(ids) * math.sqrt(self.cfg.d_model)
+        x = embedding(ids) * self.embed_scale
         return self.dropout(x + self.positions[offset : offset + length])
 
     def encode(self, src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -386,7 +423,9 @@ class Transformer(nn.Module):
 
     def logits(self, states: torch.Tensor) -> torch.Tensor:
         """Pre-softmax scores over the target vocabulary."""
-        return self.output(states)
+        if self.final_logits_bias is None:
+            return self.output(states)
+        return self.output(states) + self.final_logits_bias
 
     def start_decoding(
         self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1

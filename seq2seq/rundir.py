@@ -3,13 +3,29 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .checkpoint import Checkpoint, latest_checkpoint, remove_debris
-from .config import CONFIG_NAME, Config, load_config, resolved, save_config
+from .checkpoint import (
+    Checkpoint,
+    best_or_latest,
+    imported_from,
+    latest_checkpoint,
+    remove_debris,
+)
+from .config import (
+    CONFIG_NAME,
+    Config,
+    load_config,
+    load_run_config,
+    resolved,
+    save_config,
+    validate_config,
+)
 from .errors import ConfigError, UserError
+from .tokenizer import tokenizer_files
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +74,11 @@ def prepare_run_dir(
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"run_dir {run_dir} exists and is not a directory")
     latest = latest_checkpoint(run_dir)
+    if latest is not None and imported_from(latest.weights) is not None:
+        raise UserError(
+            f"{run_dir} holds an imported model, not a training run: fine-tune it into a new "
+            f"run directory with --init-from {run_dir}"
+        )
     if latest is not None and not resume:
         raise UserError(
             f"{run_dir} already holds checkpoints (latest: step {latest.step}); pass --resume "
@@ -130,3 +151,65 @@ def same_tokenizer(cfg: Config) -> bool:
         return False
     now = resolved(cfg)
     return saved.tokenizer == now.tokenizer and saved.data.train == now.data.train
+
+
+# What a fine-tuning config may set differently from the run it starts from: regularisation,
+# not the shape of the weights or the vocabulary.
+MAY_DIFFER = {"model": {"dropout", "attention_dropout"}, "tokenizer": set()}
+
+
+@dataclass(frozen=True)
+class InitFrom:
+    """The run a new one starts from: its directory (for the tokenizer) and its weights."""
+
+    run_dir: Path
+    weights: Path
+
+
+def config_for_init(cfg: Config, init_run: Path) -> tuple[Config, InitFrom]:
+    """The config to train with when starting from another run's weights (`--init-from`).
+
+    The model and tokenizer are the other run's: keys of those sections the config leaves out
+    come from it, and a key it sets to another value is an error (dropout may differ). Decode
+    settings the config leaves out come from it too.
+    """
+    init_run = Path(init_run)
+    init_cfg = load_run_config(init_run)
+    weights = best_or_latest(init_run)
+    if weights is None:
+        raise UserError(f"--init-from {init_run}: the run has no checkpoint yet")
+    if Path(cfg.run_dir).resolve() == init_run.resolve():
+        raise UserError(f"--init-from {init_run}: train into another run directory")
+    data = init_cfg.model_dump(mode="json")
+    mine = cfg.model_dump(mode="json")
+    contradictions = []
+    for section, may_differ in MAY_DIFFER.items():
+        for key in sorted(getattr(cfg, section).model_fields_set):
+            if key in may_differ:
+                data[section][key] = mine[section][key]
+            elif mine[section][key] != data[section][key]:
+                contradictions.append(
+                    f"{section}.{key}: {mine[section][key]!r} here, {data[section][key]!r} in the "
+                    "checkpoint's run"
+                )
+    if contradictions:
+        raise ConfigError(
+            f"--init-from {init_run}: the config contradicts the checkpoint (leave these keys "
+            "out; they come from that run):\n  " + "\n  ".join(contradictions)
+        )
+    for key in cfg.decode.model_fields_set:
+        data["decode"][key] = mine["decode"][key]
+    for key in ("run_dir", "data", "train"):
+        data[key] = mine[key]
+    merged = validate_config(data, source=f"the config with --init-from {init_run}")
+    return merged, InitFrom(init_run, weights)
+
+
+def copy_tokenizer(init: InitFrom, cfg: Config) -> None:
+    """Put the tokenizer of the run `init` names into the new run's directory."""
+    for path in tokenizer_files(init.run_dir, cfg.tokenizer):
+        if not path.is_file():
+            raise UserError(f"--init-from {init.run_dir}: tokenizer file missing: {path}")
+        target = Path(cfg.run_dir) / path.relative_to(init.run_dir)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, target)

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from .model import DecoderCache, Transformer
-from .tokenizer import BOS_ID, EOS_ID, PAD_ID
+from .tokenizer import DEFAULT_IDS, SpecialIds
 
-NEVER_GENERATED = [PAD_ID, BOS_ID]
+NEVER_GENERATED = list(DEFAULT_IDS.never_generated)  # padding and BOS, with the default ids
 LENGTH_NORMS = ("gnmt", "length")
 
 
@@ -65,14 +65,15 @@ def _start(model, src, src_mask, a: float, b: int, beam: int = 1):
 def _next_token_scores(
     model: Transformer, ids: torch.Tensor, cache: DecoderCache, never: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of the next token (PAD and BOS at -inf) and their log-normaliser, per row.
+    """Logits of the next token (`never`, e.g. PAD and BOS, at -inf) and their log-normaliser,
+    per row.
 
     log p(token) = logit − logsumexp(logits). Search only needs a handful of tokens per row,
     so it subtracts the normaliser from those instead of writing a full log-softmax.
     """
     logits = model.decode_step(ids, cache).float()
     norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
-    logits.index_fill_(1, never, -math.inf)  # padding and BOS are never outputs
+    logits.index_fill_(1, never, -math.inf)  # padding, BOS, a start token: never outputs
     return logits, norm
 
 
@@ -89,24 +90,28 @@ def greedy(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     alpha: float = 0.0,
+    *,
     length_norm: str = "gnmt",
+    special: SpecialIds = DEFAULT_IDS,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, one hypothesis per sentence."""
+    eos = special.eos
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b)
     n, steps = src.size(0), int(limits.max())
-    never = torch.tensor(NEVER_GENERATED, device=src.device)  # on the device once, not per step
-    tokens = torch.full((n, steps), EOS_ID, dtype=torch.long, device=src.device)
+    # On the device once, not once a step.
+    never = torch.tensor(special.never_generated, dtype=torch.long, device=src.device)
+    tokens = torch.full((n, steps), eos, dtype=torch.long, device=src.device)
     log_prob = torch.zeros(n, device=src.device)
     lengths = limits.clone()
     alive = torch.arange(n, device=src.device)  # sentences still decoding, by original index
-    ids = torch.full((n,), BOS_ID, dtype=torch.long, device=src.device)
+    ids = torch.full((n,), special.start, dtype=torch.long, device=src.device)
     for t in range(steps):
         logits, norm = _next_token_scores(model, ids, cache, never)
         # A sentence at its length cap may only end.
-        next_ids = torch.where(t + 1 >= limits[alive], EOS_ID, logits.argmax(dim=-1))
+        next_ids = torch.where(t + 1 >= limits[alive], eos, logits.argmax(dim=-1))
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
-        ended = next_ids == EOS_ID
+        ended = next_ids == eos
         lengths[alive] = torch.where(ended, t + 1, lengths[alive])
         keep = _still_decoding(ended)
         if keep.numel() == 0:
@@ -134,8 +139,10 @@ def beam_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     alpha: float = 0.6,
+    *,
     nbest: int = 1,
     length_norm: str = "gnmt",
+    special: SpecialIds = DEFAULT_IDS,
 ) -> list[list[Hypothesis]]:
     """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
     `nbest` best hypotheses of each sentence, best first.
@@ -151,11 +158,12 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
     length_penalty(1, alpha, length_norm)  # reject an unknown norm before any work
+    eos = special.eos
     device = src.device
     batch, k = src.size(0), beam
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     steps = int(limits.max())
-    never = torch.tensor(NEVER_GENERATED, device=device)
+    never = torch.tensor(special.never_generated, dtype=torch.long, device=device)
     # The k best finished hypotheses of each sentence, by original index, best first
     # (-inf: an empty slot).
     done_score = torch.full((batch, k), -math.inf, device=device)
@@ -167,7 +175,7 @@ def beam_search(
     scores = torch.full((batch, k), -math.inf, device=device)  # log-probs of the open beams
     scores[:, 0] = 0.0  # one start hypothesis, so the first step's picks are all distinct
     history = torch.empty(batch * k, 0, dtype=torch.long, device=device)  # open beams' tokens
-    ids = torch.full((batch * k,), BOS_ID, dtype=torch.long, device=device)
+    ids = torch.full((batch * k,), special.start, dtype=torch.long, device=device)
     for t in range(steps):
         n = active.numel()
         logits, norm = _next_token_scores(model, ids, cache, never)
@@ -178,16 +186,16 @@ def beam_search(
         row_token = row_token.view(n, k, width)
         # A sentence at its length cap may only end: each beam's one candidate is EOS.
         at_cap = (t + 1 >= limits[active]).view(n, 1, 1)
-        eos = (logits[:, EOS_ID] - norm).view(n, k, 1)
-        only_eos = torch.where(torch.arange(width, device=device) == 0, eos, -math.inf)
+        eos_scores = (logits[:, eos] - norm).view(n, k, 1)
+        only_eos = torch.where(torch.arange(width, device=device) == 0, eos_scores, -math.inf)
         row_best = torch.where(at_cap, only_eos, row_best)
-        row_token = torch.where(at_cap, EOS_ID, row_token)
+        row_token = torch.where(at_cap, eos, row_token)
 
         candidates = (scores.unsqueeze(2) + row_best).view(n, k * width)
         top_scores, pick = candidates.topk(min(2 * k, k * width), dim=1)
         origin = pick // width  # the beam each candidate continues
         token = row_token.view(n, k * width).gather(1, pick)
-        ends = token == EOS_ID
+        ends = token == eos
         source_rows = torch.arange(n, device=device).unsqueeze(1) * k + origin
 
         # Candidates ending within the first k ranks join the finished ones; the best k stay.

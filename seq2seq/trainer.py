@@ -28,11 +28,12 @@ from .data import Prepared, lengths, prepare_data
 from .errors import UserError
 from .loss import TranslationLoss, label_smoothed_loss
 from .model import count_parameters
-from .rundir import prepare_run_dir
+from .rundir import InitFrom, copy_tokenizer, prepare_run_dir
 from .runlog import MetricsLog, json_number, memory
 from .runtime import autocast_dtype, fast_math, resolve_device, set_threads
 from .schedule import inverse_sqrt_scheduler, set_peak_lr
 from .stopping import StopRequests
+from .tokenizer import DEFAULT_IDS, SpecialIds
 from .translator import Translator, build_model
 
 log = logging.getLogger(__name__)
@@ -52,18 +53,24 @@ class TrainState:
 
 
 def train(
-    cfg: Config, resume: bool = False, progress: bool = True, reset_dataloader: bool = False
+    cfg: Config,
+    resume: bool = False,
+    progress: bool = True,
+    reset_dataloader: bool = False,
+    init: InitFrom | None = None,
 ) -> TrainState:
     """Train the model a config describes into its run directory; return the final state.
 
     `reset_dataloader`: a resumed run restarts its current epoch's batches from the first
-    (needed to change a setting that reorders them, such as `train.max_tokens`).
+    (needed to change a setting that reorders them, such as `train.max_tokens`). With `init`
+    (rundir.config_for_init), a new run starts from that run's weights and tokenizer with a
+    fresh optimizer; a run with checkpoints of its own resumes from them.
     """
     info = distributed.from_env()
     device = distributed.device_for(info, resolve_device(cfg.train.device))
     distributed.setup(info, device)
     try:
-        return _train(cfg, resume, progress and info.is_main, info, device, reset_dataloader)
+        return _train(cfg, resume, progress and info.is_main, info, device, reset_dataloader, init)
     finally:
         distributed.teardown(info)
 
@@ -75,6 +82,7 @@ def _train(
     info: distributed.Dist,
     device: torch.device,
     reset_dataloader: bool,
+    init: InitFrom | None = None,
 ) -> TrainState:
     tc = cfg.train
     amp_dtype = autocast_dtype(device, tc.precision)
@@ -84,10 +92,17 @@ def _train(
         latest, reuse_tokenizer, changes = prepare_run_dir(
             cfg, resume, write=info.is_main, reset_dataloader=reset_dataloader
         )
+        if init is not None and latest is None:
+            if info.is_main:
+                copy_tokenizer(init, cfg)
+            reuse_tokenizer = True
         torch.manual_seed(tc.seed)
         # Other ranks load what rank 0 has just trained and cached.
         data = prepare_data(cfg, reuse_tokenizer or not info.is_main)
     model = build_model(cfg.model, data.tokenizer).to(device)
+    if init is not None and latest is None:
+        load_weights(model, init.weights)
+        log.info("starting from %s", init.weights)
     if info.rank:
         torch.manual_seed(tc.seed + info.rank)  # same initial weights, own dropout stream
     optimizer = torch.optim.Adam(
@@ -308,7 +323,9 @@ class _Loop:
                 len(batches), st.batch_in_epoch, info.world_size, info.rank, tc.update_freq
             )
             mine = [batches[i] for _, indices in groups for i in indices]
-            batch_iter = iter(loader(self.token_ds, mine, self.workers, self.pin))
+            batch_iter = iter(
+                loader(self.token_ds, mine, self.workers, self.pin, self.data.tokenizer.ids)
+            )
             first = st.batch_in_epoch
             for end, indices in groups:
                 micro = [next(batch_iter) for _ in indices]
@@ -456,7 +473,9 @@ class _Loop:
 
     def _validate_main(self) -> bool:
         st, tc, valid = self.state, self.tc, self.data.valid
-        metrics = validation_loss(self.model, valid, tc, self.device, self._autocast)
+        metrics = validation_loss(
+            self.model, valid, tc, self.device, self._autocast, self.data.tokenizer.ids
+        )
         n = min(tc.valid_bleu_sentences, len(valid))
         if n:
             rows = valid.select(range(n))
@@ -562,7 +581,9 @@ def _without_runtime_fields(items: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 @torch.inference_mode()
-def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dict[str, float]:
+def validation_loss(
+    model, valid: datasets.Dataset, tc, device, autocast, ids: SpecialIds = DEFAULT_IDS
+) -> dict[str, float]:
     """Per-token label-smoothed loss, NLL and perplexity over a tokenized split."""
     was_training = model.training
     model.eval()
@@ -570,13 +591,13 @@ def validation_loss(model, valid: datasets.Dataset, tc, device, autocast) -> dic
     tokens = 0
     token_ds = valid.select_columns(["src_ids", "tgt_ids"])
     batches = token_budget_batches(*lengths(valid), tc.max_tokens)
-    for batch in iterate(token_ds, batches):
+    for batch in iterate(token_ds, batches, ids=ids):
         tokens += batch.ntokens
         batch = batch.to(device)
         with autocast():
             logits = model(batch.src, batch.tgt_in, batch.src_mask, None)  # causal: exact
-        loss += label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing).item()
-        nll += label_smoothed_loss(logits, batch.tgt_out, 0.0).item()
+        loss += label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing, ids.pad).item()
+        nll += label_smoothed_loss(logits, batch.tgt_out, 0.0, ids.pad).item()
     model.train(was_training)
     nll_per_token = nll / max(tokens, 1)
     return {

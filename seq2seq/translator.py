@@ -16,14 +16,17 @@ from .model import Transformer
 from .runtime import autocast_dtype, resolve_device
 from .search import Hypothesis, SearchError, beam_search, greedy, length_penalty
 from .sentences import split_sentences
-from .tokenizer import EOS_ID, Tokenizer, load_tokenizer
+from .tokenizer import Tokenizer, load_run_tokenizer
 
 log = logging.getLogger(__name__)
 
 
 def build_model(cfg: ModelConfig, tokenizer: Tokenizer) -> Transformer:
     """The Transformer a model config describes, sized to the tokenizer's vocabularies."""
-    return Transformer(cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint)
+    ids = tokenizer.ids
+    return Transformer(
+        cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint, ids.pad, ids.start
+    )
 
 
 class Translator:
@@ -87,7 +90,7 @@ class Translator:
                     len(seq),
                     self.max_src_len,
                 )
-                ids[j] = seq[: self.max_src_len - 1] + [EOS_ID]
+                ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
@@ -127,7 +130,9 @@ class Translator:
         return batches
 
     def _decode_batch(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
-        src = pad(ids).to(self.device)
+        special = self.tokenizer.ids
+        src = pad(ids, pad_id=special.pad).to(self.device)
+        src_mask = padding_mask(src, special.pad)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
@@ -139,23 +144,25 @@ class Translator:
                 found = greedy(
                     self.model,
                     src,
-                    padding_mask(src),
+                    src_mask,
                     d.max_len_a,
                     d.max_len_b,
                     d.length_penalty,
-                    d.length_norm,
+                    length_norm=d.length_norm,
+                    special=special,
                 )
                 return [[h] for h in found]
             return beam_search(
                 self.model,
                 src,
-                padding_mask(src),
+                src_mask,
                 d.beam_size,
                 d.max_len_a,
                 d.max_len_b,
                 d.length_penalty,
-                d.nbest,
-                d.length_norm,
+                nbest=d.nbest,
+                length_norm=d.length_norm,
+                special=special,
             )
 
 
@@ -177,7 +184,7 @@ def load_translator(
     """A Translator for a run directory's best (else latest) or a given checkpoint."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
-    tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
+    tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
     path = Path(checkpoint) if checkpoint else best_or_latest(run_dir)
     if path is None:
         raise UserError(f"{run_dir} has no checkpoint yet; train (or wait for the first save)")

@@ -106,7 +106,7 @@ def test_empty_and_too_long_pairs_are_dropped_and_counted(tmp_path, demo_pairs):
     src, tgt = write_parallel(tmp_path, "a", pairs)
     ds = _load(src=src, tgt=tgt)
     train_tokenizer(TokenizerConfig(vocab_size=200), ds["src"], ds["tgt"], tmp_path / "run")
-    tokenized, report = tokenize(ds, tmp_path / "run", joint=True, max_len=60)
+    tokenized, report = tokenize(ds, tmp_path / "run", tokenizer=True, max_len=60)
     assert (report.read, report.empty, report.too_long) == (303, 2, 1)
     assert len(tokenized) == report.kept == 300
     assert max(tokenized["src_len"]) <= 60 and max(tokenized["tgt_len"]) <= 60
@@ -124,10 +124,10 @@ def test_a_pair_of_exactly_max_len_pieces_is_kept_and_one_piece_more_is_dropped(
         max(len(s), len(t))
         for s, t in zip(tok.src.encode(list(ds["src"])), tok.tgt.encode(list(ds["tgt"])))
     )
-    kept, report = tokenize(ds, tmp_path / "run", joint=True, max_len=longest)
+    kept, report = tokenize(ds, tmp_path / "run", tokenizer=True, max_len=longest)
     assert report.too_long == 0 and len(kept) == 200
     assert max(max(kept["src_len"]), max(kept["tgt_len"])) == longest + 1  # + EOS
-    _, report = tokenize(ds, tmp_path / "run", joint=True, max_len=longest - 1)
+    _, report = tokenize(ds, tmp_path / "run", tokenizer=True, max_len=longest - 1)
     assert report.too_long >= 1
 
 

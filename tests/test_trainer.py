@@ -122,7 +122,13 @@ def test_tokenizer_is_retrained_when_its_settings_change(tmp_path, corpus):
     assert load_tokenizer(cfg.run_dir, joint=True).src_vocab_size == 200
 
 
-def test_training_set_empty_after_filtering_is_a_clear_error(tmp_path, corpus):
+def test_training_set_empty_after_filtering_is_a_clear_error(tmp_path, demo_pairs):
+    # Sentences of three words or more: none fits in two pieces.
+    sentences = [(a, b) for a, b in demo_pairs if min(len(a.split()), len(b.split())) >= 3]
+    corpus = (
+        write_parallel(tmp_path, "train", sentences[:1500]),
+        write_parallel(tmp_path, "valid", sentences[1500:1550]),
+    )
     cfg = _config(tmp_path, corpus, data={"max_len": 2}, train={"max_tokens": 512})
     with pytest.raises(UserError, match="training set is empty after filtering"):
         train(cfg, progress=False)
