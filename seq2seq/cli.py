@@ -185,6 +185,34 @@ def _dry_run(cfg) -> None:
     print(f"parameters: {count_parameters(model):,}")
     for line in describe(model):
         print("  " + line)
+    print(tokens_per_update(cfg.train.max_tokens, cfg.train.update_freq, _world_size()))
+
+
+PAPER_TOKENS = 25_000
+
+
+def _world_size() -> int:
+    """The number of training processes: torchrun's WORLD_SIZE, else one."""
+    from .distributed import from_env
+
+    return from_env().world_size
+
+
+def tokens_per_update(max_tokens: int, update_freq: int, world_size: int) -> str:
+    """The effective batch beside the paper's (§5.1: ~25,000 source and 25,000 target tokens)."""
+    total = max_tokens * update_freq * world_size
+    line = (
+        f"tokens per update: {total:,} = max_tokens {max_tokens:,} × update_freq {update_freq} "
+        f"× world size {world_size} (padding included)"
+    )
+    # Said where it is easy to get wrong: scaling a one-process config out under torchrun.
+    if world_size > 1 and not 0.8 <= total / PAPER_TOKENS <= 1.25:
+        per_process = -(-PAPER_TOKENS // (update_freq * world_size))
+        line += (
+            f"; {total / PAPER_TOKENS:.2g}× the paper's ~25,000: train.max_tokens {per_process:,} "
+            "would keep it at this world size and update_freq"
+        )
+    return line
 
 
 def _decode_options(

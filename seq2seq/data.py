@@ -464,13 +464,23 @@ class Prepared:
     reports: dict[str, FilterReport] = field(default_factory=dict)  # by split: what was dropped
 
 
-def prepare_data(cfg: Config, reuse_tokenizer: bool) -> Prepared:
-    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid."""
+def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> Prepared:
+    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid.
+
+    `may_train` is False on every torchrun process but rank 0, which trains the tokenizer once
+    for the job; the others must find it in the (shared) run directory.
+    """
     run_dir = Path(cfg.run_dir)
     d = cfg.data
     train_raw = load_corpus(d.train, d.src_lang, d.tgt_lang)
     files = tokenizer_files(run_dir, cfg.tokenizer)
-    if reuse_tokenizer and all(p.is_file() for p in files):
+    have = all(p.is_file() for p in files)
+    if not have and not may_train:
+        raise UserError(
+            f"the tokenizer rank 0 trained is not in {files[0].parent} on this node: under "
+            "torchrun on several machines, run_dir must be on a filesystem they all share"
+        )
+    if reuse_tokenizer and have:
         tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
         log.info("tokenizer: reusing %s", files[0].parent)
     else:

@@ -4,6 +4,7 @@ in one process or in each of the processes `torchrun` starts."""
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 import sys
@@ -20,7 +21,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from tqdm import tqdm
 
-from . import distributed
+from . import distributed, elastic
 from .batching import Batch, epoch_batches, iterate, loader, token_budget_batches, update_groups
 from .checkpoint import load_state, load_weights, prune, save_best, save_checkpoint
 from .config import Config
@@ -70,7 +71,13 @@ def train(
     device = distributed.device_for(info, resolve_device(cfg.train.device))
     distributed.setup(info, device)
     try:
-        return _train(cfg, resume, progress and info.is_main, info, device, reset_dataloader, init)
+        with elastic.one_error_per_job(info):
+            if info.enabled and info.is_main:
+                elastic.warn_if_restarts_share_the_store()
+            resume = elastic.resuming(resume, info, device)
+            return _train(
+                cfg, resume, progress and info.is_main, info, device, reset_dataloader, init
+            )
     finally:
         distributed.teardown(info)
 
@@ -98,7 +105,7 @@ def _train(
             reuse_tokenizer = True
         torch.manual_seed(tc.seed)
         # Other ranks load what rank 0 has just trained and cached.
-        data = prepare_data(cfg, reuse_tokenizer or not info.is_main)
+        data = prepare_data(cfg, reuse_tokenizer or not info.is_main, may_train=info.is_main)
     model = build_model(cfg.model, data.tokenizer).to(device)
     if init is not None and latest is None:
         load_weights(model, init.weights)
@@ -158,10 +165,7 @@ def _train(
     net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing)
     if info.enabled:
         net = DistributedDataParallel(
-            net,
-            device_ids=[device.index] if device.type == "cuda" else None,
-            # The only buffer is the fixed sinusoid table: nothing to broadcast every forward.
-            broadcast_buffers=False,
+            net, device_ids=[device.index] if device.type == "cuda" else None, **_NO_BUFFER_SYNC
         )
     if tc.compile:
         # Automatic dynamic shapes: after the first new batch shape, lengths become symbolic,
@@ -175,6 +179,15 @@ def _train(
         metrics.write(0, {"split": "data", **{k: r.record() for k, r in data.reports.items()}})
     loop.run(progress)
     return loop.state
+
+
+# The only buffer is the fixed sinusoid table: nothing to broadcast every forward. torch 2.13
+# renames the switch (and warns about the old name); older ones know only the old name.
+_NO_BUFFER_SYNC = (
+    {"forward_sync_buffers": False}
+    if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+    else {"broadcast_buffers": False}
+)
 
 
 def _apply_optimizer_settings(optimizer: torch.optim.Optimizer, scheduler, tc) -> None:

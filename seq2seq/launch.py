@@ -1,0 +1,101 @@
+"""`python -m seq2seq.launch`: torchrun, with its failures said in one line each.
+
+It takes exactly torchrun's arguments and runs the same agent (`torch.distributed.run`); what it
+adds is the message when the job cannot start or stops. torchrun reports a rendezvous that never
+forms as a bare `RendezvousTimeoutError` traceback, and a failed worker as a page of tables; here
+the first names the endpoint, the id and the wait, and the second the rank that failed first
+(whose own error is already above, printed by that process).
+
+    python -m seq2seq.launch --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
+        --rdzv-endpoint head:29400 --rdzv-id job42 -m seq2seq train -c configs/en-fr.yaml
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+
+def _conf(text: str | None) -> dict[str, str]:
+    pairs = (item.split("=", 1) for item in (text or "").split(",") if "=" in item)
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def rendezvous_timeout_message(args, detail: str = "") -> str:
+    """What a user needs when the nodes never meet: where they were to meet, and for how long."""
+    from torch.distributed import run as torchrun
+
+    endpoint = torchrun.get_rdzv_endpoint(args) or "(none)"
+    conf = _conf(args.rdzv_conf)
+    if args.rdzv_backend == "static":
+        wait = conf.get("timeout", "900")
+        how = f"static rendezvous at {endpoint} (node rank {args.node_rank})"
+        where = "the same --master-addr and --master-port (reachable from all of them)"
+        knob = "timeout"
+    else:
+        wait = conf.get("join_timeout", "600")
+        how = f"{args.rdzv_backend} rendezvous at {endpoint}, id {args.rdzv_id!r}"
+        where = "the same --rdzv-endpoint (reachable from all of them) and --rdzv-id"
+        knob = "join_timeout"
+    detail = f" ({detail.splitlines()[0]})" if detail else ""
+    return (
+        f"the {how} did not form within {wait} s: not all of --nnodes {args.nnodes} nodes "
+        f"joined{detail}. Start the same command on every node, with {where}; the wait is "
+        f"--rdzv-conf {knob}=SECONDS"
+    )
+
+
+def child_failure_message(error) -> str:
+    """The worker that failed first, from torchrun's ChildFailedError."""
+    rank, failure = error.get_first_failure()
+    how = (
+        f"was killed by {failure.signal_name()}"
+        if failure.exitcode < 0
+        else f"exited with code {failure.exitcode}"
+    )
+    others = len(error.failures) - 1
+    plural = "es" if others != 1 else ""
+    rest = f"; {others} other process{plural} stopped with it" if others else ""
+    return (
+        f"the training job failed: rank {rank} (local rank {failure.local_rank}, pid "
+        f"{failure.pid}) {how}{rest}; its error is reported above by that process"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run torchrun's agent with `argv`; 0 when every worker finished, 1 with one line if not."""
+    from torch.distributed import DistError
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    args = torchrun.parse_args(argv)
+    # A restarted group must not find the last attempt's keys in torchrun's rendezvous store,
+    # which it otherwise shares with the workers (pytorch#135712): each attempt gets its own.
+    os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+    # torchrun's agent logs each restart and membership change at WARNING; keep those, and
+    # keep its per-failure tables out of the way of the one line below.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    try:
+        torchrun.run(args)
+    except (RendezvousTimeoutError, DistError) as e:
+        # Raised by the agent itself, before any worker ran: the nodes never met (a static
+        # rendezvous reports it as its store's timeout).
+        print(f"error: {rendezvous_timeout_message(args, str(e))}", file=sys.stderr)
+        return 1
+    except ChildFailedError as e:
+        print(f"error: {child_failure_message(e)}", file=sys.stderr)
+        return 1
+    except SignalException as e:
+        # The agent has passed the signal on: each worker finished its update and rank 0 saved.
+        name = signal.Signals(e.sigval).name
+        print(f"stopped by {name}: continue the run with --resume", file=sys.stderr)
+        return 128 + int(e.sigval)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
