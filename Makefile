@@ -2,7 +2,7 @@ PYTHON ?= python
 export HF_DATASETS_OFFLINE ?= 1
 export HF_HUB_OFFLINE ?= 1
 
-.PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-gpu gpu-check
+.PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-ranks bench-gpu gpu-check
 
 install:  ## editable install with dev tools; torch pinned to the local CPU wheel
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
@@ -34,6 +34,9 @@ bench-quality:  ## valid BLEU after 30 minutes of training each, beside the HF M
 
 ablate-quality:  ## one 8-minute run per setting changed: what moves BLEU at a fixed budget (needs ../shared)
 	$(PYTHON) scripts/ablate_quality.py --minutes 8 --threads 1 --parallel 2
+
+bench-ranks:  ## memory per rank: 1, 2 and 4 torchrun processes training from one memory-mapped corpus (needs ../shared)
+	$(PYTHON) scripts/bench_ranks.py --ranks 1 2 4
 
 bench-data:  ## preprocessing and iteration memory at 1M and 5M pairs
 	$(PYTHON) scripts/bench_data.py --pairs 1000000 5000000

@@ -8,8 +8,9 @@ size then trains a copy of it (the tokenizer is reused, the cache hit) for --ste
 `python -m seq2seq.launch --standalone --nproc-per-node N`, while every worker's memory is
 sampled from /proc: RSS and PSS (`smaps_rollup`; PSS divides each shared page among the
 processes that map it, so the PSS of the ranks add up to what the group really holds) and the
-resident part of the Arrow cache files each rank maps (`smaps`). The ranks are found by an
-environment tag they inherit from the agent.
+resident part of the Arrow cache files each rank maps (`smaps`). The ranks are the agent's worker
+children; `seq2seq.launch` forks them from an agent that has imported torch and the trainer
+(`--start-method spawn` measures separately started workers instead: pass it with --spawn).
 
 Reported per world size: per-rank peak RSS and PSS, the sum of the ranks' peak RSS (what a
 naive `top` total says: shared pages counted once per process), the peak of the ranks' summed
@@ -28,7 +29,6 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,34 +89,40 @@ def mapped(pid: int, folder: str) -> dict[str, float]:
     return {"rss": rss / 1024, "pss": pss / 1024}
 
 
-def ranks_tagged(tag: str) -> dict[int, int]:
-    """Worker pids by rank: processes whose environment holds the tag and a RANK."""
-    found: dict[int, int] = {}
-    # Oldest first: a worker's own helper processes inherit its RANK but start after it.
-    for entry in sorted((e for e in Path("/proc").iterdir() if e.name.isdigit()), key=_pid):
+def workers_of(agent: int) -> list[int]:
+    """The agent's worker processes, in start order (= local rank): its direct children that
+    run its own command (forked) or `seq2seq train` (spawned), not its helper processes."""
+    mine = _cmdline(agent)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            env = (entry / "environ").read_bytes().split(b"\0")
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
             continue
-        if f"BENCH_RANKS_TAG={tag}".encode() not in env:
+        if ppid != agent:
             continue
-        rank = next((e[5:] for e in env if e.startswith(b"RANK=")), None)
-        if rank is not None and b"LOCAL_RANK=" in b"\0".join(env):
-            found.setdefault(int(rank), int(entry.name))
-    return found
+        command = _cmdline(int(entry.name))
+        if command == mine or b"seq2seq\0train" in command:
+            found.append(int(entry.name))
+    return sorted(found)
 
 
-def _pid(entry: Path) -> int:
-    return int(entry.name)
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
 class Sampler:
     """Peak memory of each rank, and of the ranks together, sampled in a thread."""
 
-    def __init__(self, tag: str, cache: str, interval: float = 0.25):
-        self.tag, self.cache = tag, cache
+    def __init__(self, agent: int, cache: str, interval: float = 0.25):
+        self.agent, self.cache = agent, cache
         self.rank_peak: dict[int, dict[str, float]] = {}
-        self.total_pss = self.total_rss = 0.0
+        self.total_pss = self.total_rss = self.agent_pss = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
         self._thread.start()
@@ -124,7 +130,9 @@ class Sampler:
     def _run(self, interval: float) -> None:
         pids: dict[int, int] = {}
         while not self._stop.is_set():
-            pids.update(ranks_tagged(self.tag))
+            for pid in workers_of(self.agent):
+                if pid not in pids.values():
+                    pids[len(pids)] = pid  # a restarted worker would count as a new rank
             total_pss = total_rss = 0.0
             for rank, pid in pids.items():
                 now = rollup(pid)
@@ -136,6 +144,10 @@ class Sampler:
                     peak[key] = max(peak.get(key, 0.0), value)
                 total_pss += now["pss"]
                 total_rss += now["rss"]
+            agent = rollup(self.agent)
+            if agent is not None:
+                self.agent_pss = max(self.agent_pss, agent["pss"])
+                total_pss += agent["pss"]  # forked workers share its pages: count them once
             self.total_pss = max(self.total_pss, total_pss)
             self.total_rss = max(self.total_rss, total_rss)
             time.sleep(interval)
@@ -145,7 +157,7 @@ class Sampler:
         self._thread.join()
 
 
-def env_for(cache: Path, tag: str = "") -> dict[str, str]:
+def env_for(cache: Path) -> dict[str, str]:
     return {
         **os.environ,
         "HF_DATASETS_OFFLINE": "1",
@@ -153,7 +165,6 @@ def env_for(cache: Path, tag: str = "") -> dict[str, str]:
         "HF_DATASETS_CACHE": str(cache),
         "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
         "OMP_NUM_THREADS": "1",
-        "BENCH_RANKS_TAG": tag,
     }
 
 
@@ -170,7 +181,9 @@ def prepare_template(config: Path, cache: Path) -> None:
         sys.exit(f"preparing the corpus failed:\n{proc.stderr[-3000:]}")
 
 
-def measure(ranks: int, template: Path, work: Path, cache: Path, data: Path, steps: int) -> dict:
+def measure(
+    ranks: int, template: Path, work: Path, cache: Path, data: Path, steps: int, spawn: bool
+) -> dict:
     run = work / f"run{ranks}"
     shutil.rmtree(run, ignore_errors=True)
     run.mkdir(parents=True)
@@ -179,16 +192,15 @@ def measure(ranks: int, template: Path, work: Path, cache: Path, data: Path, ste
         (shutil.copytree if src.is_dir() else shutil.copy)(src, run / name)
     config = work / f"ranks{ranks}.yaml"
     config.write_text(CONFIG.format(run=run, data=data, steps=steps))
-    tag = uuid.uuid4().hex
-    sampler = Sampler(tag, str(cache))
     start = time.perf_counter()
-    proc = subprocess.run(
+    agent = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "seq2seq.launch",
             "--standalone",
             f"--nproc-per-node={ranks}",
+            *(["--start-method=spawn"] if spawn else []),
             "-m",
             "seq2seq",
             "train",
@@ -196,14 +208,17 @@ def measure(ranks: int, template: Path, work: Path, cache: Path, data: Path, ste
             str(config),
         ],
         cwd=REPO,
-        env=env_for(cache, tag),
-        capture_output=True,
+        env=env_for(cache),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
     )
+    sampler = Sampler(agent.pid, str(cache))
+    _, stderr = agent.communicate()
     seconds = time.perf_counter() - start
     sampler.stop()
-    if proc.returncode != 0:
-        sys.exit(f"{ranks} ranks failed:\n{proc.stderr[-3000:]}")
+    if agent.returncode != 0:
+        sys.exit(f"{ranks} ranks failed:\n{stderr[-3000:]}")
     per_rank = [sampler.rank_peak[r] for r in sorted(sampler.rank_peak)]
     return {
         "ranks": ranks,
@@ -211,7 +226,8 @@ def measure(ranks: int, template: Path, work: Path, cache: Path, data: Path, ste
         "per_rank": per_rank,
         "sum_of_rank_peak_rss_mb": sum(r["rss"] for r in per_rank),
         "peak_total_rss_mb": sampler.total_rss,
-        "peak_total_pss_mb": sampler.total_pss,
+        "peak_agent_pss_mb": sampler.agent_pss,
+        "peak_total_pss_mb": sampler.total_pss,  # agent + ranks
     }
 
 
@@ -222,6 +238,9 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--work", type=Path, help="working folder (default: a temporary one)")
+    ap.add_argument(
+        "--spawn", action="store_true", help="workers started afresh, not forked from the agent"
+    )
     args = ap.parse_args()
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
@@ -243,12 +262,16 @@ def main() -> None:
         prepare_template(config, cache)
     cache_mb = sum(p.stat().st_size for p in cache.rglob("*.arrow")) / 2**20
 
-    rows = [measure(n, template, work, cache, data, args.steps) for n in args.ranks]
+    rows = [measure(n, template, work, cache, data, args.steps, args.spawn) for n in args.ranks]
     one = rows[0]["peak_total_pss_mb"] if rows[0]["ranks"] == 1 else None
-    print(f"\ncorpus: {data} (Arrow cache {cache_mb:,.0f} MB); {args.steps} updates a run")
+    how = "started afresh (spawn)" if args.spawn else "forked from the agent"
+    print(
+        f"\ncorpus: {data} (Arrow cache {cache_mb:,.0f} MB); {args.steps} updates a run; "
+        f"workers {how}; ΣPSS counts the agent too"
+    )
     print(
         f"{'ranks':>5} {'RSS/rank':>9} {'PSS/rank':>9} {'corpus RSS/rank':>16} "
-        f"{'corpus PSS/rank':>16} {'ΣRSS':>8} {'ΣPSS':>8} {'ΣPSS/1 rank':>12}"
+        f"{'corpus PSS/rank':>16} {'ΣRSS':>8} {'agent PSS':>9} {'ΣPSS':>8} {'ΣPSS/1 rank':>12}"
     )
     for row in rows:
         per = row["per_rank"]
@@ -258,7 +281,8 @@ def main() -> None:
         print(
             f"{row['ranks']:>5} {mean['rss']:>9.0f} {mean['pss']:>9.0f} "
             f"{mean['corpus_rss']:>16.1f} {mean['corpus_pss']:>16.1f} "
-            f"{row['sum_of_rank_peak_rss_mb']:>8.0f} {row['peak_total_pss_mb']:>8.0f} "
+            f"{row['sum_of_rank_peak_rss_mb']:>8.0f} {row['peak_agent_pss_mb']:>9.0f} "
+            f"{row['peak_total_pss_mb']:>8.0f} "
             f"{ratio:>12}"
         )
     (work / "bench_ranks.json").write_text(

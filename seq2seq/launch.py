@@ -12,6 +12,7 @@ the first names the endpoint, the id and the wait, and the second the rank that 
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import signal
@@ -64,6 +65,38 @@ def child_failure_message(error) -> str:
     )
 
 
+def train_in_fork(*argv: str) -> None:
+    """One worker: `seq2seq ARGV` in a process forked from the agent, which has imported torch
+    and the trainer already; those pages stay shared between the ranks of a machine."""
+    from .cli import main
+
+    sys.argv = ["seq2seq", *argv]
+    try:
+        main()
+    except SystemExit as e:  # typer ends by exiting; the agent wants a return on success
+        if e.code not in (0, None):
+            raise
+
+
+def _forking(config_from_args):
+    """torchrun's config_from_args, but `-m seq2seq …` runs as `train_in_fork` workers."""
+
+    def configure(args):
+        config, cmd, cmd_args = config_from_args(args)
+        if cmd_args[:3] == ["-u", "-m", "seq2seq"]:
+            # Import once here: a forked worker shares these pages (torch's operator tables,
+            # the modules' code) until it writes them; gc.freeze keeps the collector from
+            # touching, and so copying, every object the imports made.
+            from . import trainer  # noqa: F401
+
+            gc.freeze()
+            config.start_method = "fork"
+            return config, train_in_fork, cmd_args[3:]
+        return config, cmd, cmd_args
+
+    return configure
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun's agent with `argv`; 0 when every worker finished, 1 with one line if not."""
     from torch.distributed import DistError
@@ -72,7 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
 
+    argv = sys.argv[1:] if argv is None else argv
     args = torchrun.parse_args(argv)
+    explicit = any(a.startswith(("--start-method", "--start_method")) for a in argv)
+    if not explicit and sys.platform == "linux":
+        torchrun.config_from_args = _forking(torchrun.config_from_args)
     # A restarted group must not find the last attempt's keys in torchrun's rendezvous store,
     # which it otherwise shares with the workers (pytorch#135712): each attempt gets its own.
     os.environ.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
