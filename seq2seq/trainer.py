@@ -550,8 +550,13 @@ class _Loop:
         result, message = distributed.broadcast(
             (result, None if failure is None else str(failure)), self.info
         )
-        if message is not None:
-            raise failure or UserError(message)
+        if failure is not None:
+            raise failure
+        if message is not None:  # said once, by rank 0; the others say why they stop
+            raise UserError(
+                f"rank {self.info.rank}: stopping with rank 0, which failed (its error is "
+                "reported by rank 0)"
+            )
         return result
 
 

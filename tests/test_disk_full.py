@@ -152,5 +152,6 @@ def test_every_process_stops_when_rank_0_cannot_save(tmp_path, corpus):
     proc = torchrun_train(script, config)
     assert proc.returncode != 0
     failed = tmp_path / "run" / "checkpoints" / "step_00000002.safetensors"
-    assert proc.stderr.count(f"error: cannot write {failed}: No space left") == 2, proc.stderr
+    assert proc.stderr.count(f"error: cannot write {failed}: No space left") == 1, proc.stderr
+    assert "error: rank 1: stopping with rank 0, which failed" in proc.stderr
     assert [c.step for c in list_checkpoints(tmp_path / "run")] == [1]
