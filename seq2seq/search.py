@@ -112,11 +112,11 @@ def greedy(
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == eos
-        lengths[alive] = torch.where(ended, t + 1, lengths[alive])
         keep = _still_decoding(ended)
-        if keep.numel() == 0:
-            break
-        if keep.numel() < alive.numel():
+        if keep.numel() < alive.numel():  # known from the step's one read-back
+            lengths[alive[ended]] = t + 1
+            if keep.numel() == 0:
+                break
             cache.keep(keep)
             alive, next_ids = alive[keep], next_ids[keep]
         ids = next_ids
