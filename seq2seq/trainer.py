@@ -164,8 +164,13 @@ def _train(
     # DDP and compile wrap the objective (model + fused output layer and loss) as one forward.
     net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing)
     if info.enabled:
+        # Gradients as views into DDP's all-reduce buckets: one copy of the gradients a
+        # process instead of two, and no copy between them (kept views: see _zero_grad).
         net = DistributedDataParallel(
-            net, device_ids=[device.index] if device.type == "cuda" else None, **_NO_BUFFER_SYNC
+            net,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            gradient_as_bucket_view=True,
+            **_NO_BUFFER_SYNC,
         )
     if tc.compile:
         # Automatic dynamic shapes: after the first new batch shape, lengths become symbolic,
@@ -379,7 +384,7 @@ class _Loop:
         self._lr = self.optimizer.param_groups[0]["lr"]
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         self.scheduler.step()
         self.state.step += 1
         self._window_tokens += global_tokens
@@ -387,11 +392,16 @@ class _Loop:
         # Asked after the update, so a signal or the deadline during it makes it the last.
         return self.stopping.agreed(self.info, self.device)
 
+    def _zero_grad(self) -> None:
+        # Under DDP the gradients are views into its buckets: zeroed in place they stay views;
+        # set to None, every backward would allocate fresh ones and copy them into the buckets.
+        self.optimizer.zero_grad(set_to_none=not self.info.enabled)
+
     def _skip(self, loss: torch.Tensor, grad_norm: float, global_tokens: float) -> None:
         """Drop an update whose gradient is not finite: weights, Adam's moments and the lr
         schedule stay as they were, and (as in fairseq) the step is not counted."""
         self.scaler.update()  # after an fp16 overflow, a lower loss scale for the next update
-        self.optimizer.zero_grad(set_to_none=True)
+        self._zero_grad()
         # Every process is here together, so one more small collective on this rare path
         # tells whose loss was not finite.
         local = loss.item()
