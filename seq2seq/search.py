@@ -58,11 +58,8 @@ def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> to
 def _start(model, src, src_mask, a: float, b: int, beam: int = 1):
     memory = model.encode(src, src_mask)
     # The BOS position takes one slot of the positional table.
-    cap = model.cfg.max_positions - 1
-    limits = max_output_lengths(src_mask, a, b, cap)
-    # Room for the longest output the padded width allows: known on the host, no device read.
-    capacity = max(1, min(math.floor(a * src.size(1) + b), cap))
-    return model.start_decoding(memory, src_mask, beam, capacity), limits
+    limits = max_output_lengths(src_mask, a, b, model.cfg.max_positions - 1)
+    return model.start_decoding(memory, src_mask, beam), limits
 
 
 def _next_token_scores(
