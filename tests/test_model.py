@@ -225,6 +225,22 @@ def test_a_kept_and_reordered_cache_continues_the_selected_sentences(tiny_model_
     assert torch.allclose(got, model.logits(states)[:, -1], atol=1e-5)
 
 
+def test_beams_moving_within_their_sentence_continue_the_prefixes_they_took(tiny_model_config):
+    model = _model(tiny_model_config)
+    src = _ids([5, 6, 7, 2], [8, 9, 2])
+    src_mask = padding_mask(src)
+    cache = model.start_decoding(model.encode(src, src_mask), src_mask, beam=2)
+    model.decode_step(torch.tensor([1, 1, 1, 1]), cache)
+    model.decode_step(torch.tensor([10, 11, 20, 21]), cache)
+    cache.reorder(torch.tensor([1, 1, 3, 2]))  # both beams of sentence 0 extend its second
+    got = model.decode_step(torch.tensor([12, 13, 22, 23]), cache)
+    prefix = torch.tensor([[1, 11, 12], [1, 11, 13], [1, 21, 22], [1, 20, 23]])
+    src2 = src.repeat_interleave(2, dim=0)
+    memory = model.encode(src2, padding_mask(src2))
+    states = model.decoder_states(prefix, memory, padding_mask(src2), no_peek_mask(prefix))
+    assert torch.allclose(got, model.logits(states)[:, -1], atol=1e-5)
+
+
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.123457])
 def test_cpu_dropout_keeps_one_minus_p_and_scales_kept_values_to_an_unbiased_mean(p):
     drop = Dropout(p).train()
