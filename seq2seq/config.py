@@ -234,6 +234,12 @@ class TrainConfig(_Strict):
     eval_every: PositiveInt = Field(1000, description="Steps between validations.")
     save_every: PositiveInt = Field(1000, description="Steps between checkpoints.")
     keep_last: PositiveInt = Field(5, description="Step checkpoints kept on disk.")
+    average_last: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="At the end, average the last N step checkpoints (§6.1) into "
+        "checkpoints/average.safetensors and validate it; it becomes the best checkpoint when it "
+        "scores better (0: off; needs keep_last ≥ N).",
+    )
     valid_bleu_sentences: Annotated[int, Field(ge=0)] = Field(
         500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
     )
@@ -252,6 +258,15 @@ class TrainConfig(_Strict):
     tensorboard: bool = Field(
         True, description="Also write TensorBoard scalars (when tensorboard is installed)."
     )
+
+    @model_validator(mode="after")
+    def _average_fits_kept(self) -> TrainConfig:
+        if self.average_last > self.keep_last:
+            raise ValueError(
+                f"average_last ({self.average_last}) needs keep_last ≥ {self.average_last} "
+                f"(it is {self.keep_last}): the checkpoints to average must still be on disk"
+            )
+        return self
 
 
 class DecodeConfig(_Strict):

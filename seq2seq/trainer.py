@@ -23,7 +23,16 @@ from tqdm import tqdm
 
 from . import distributed, elastic
 from .batching import Batch, epoch_batches, iterate, loader, token_budget_batches, update_groups
-from .checkpoint import load_state, load_weights, prune, save_best, save_checkpoint
+from .checkpoint import (
+    average_last,
+    checkpoint_dir,
+    list_checkpoints,
+    load_state,
+    load_weights,
+    prune,
+    save_best,
+    save_checkpoint,
+)
 from .config import Config
 from .data import Prepared, lengths, prepare_data
 from .errors import UserError
@@ -321,6 +330,8 @@ class _Loop:
             self._validate()
         if self._last_save_step != st.step:
             self._save()
+        if tc.average_last and self._on_main(self._average):
+            self._save()  # again: the step's saved state must know the new best, for --resume
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 
     def _updates(self) -> Iterator[tuple[list[Batch], int]]:
@@ -494,8 +505,9 @@ class _Loop:
 
         return bool(self._on_main(validate))
 
-    def _validate_main(self) -> bool:
-        st, tc, valid = self.state, self.tc, self.data.valid
+    def _valid_metrics(self) -> dict[str, float]:
+        """Loss, NLL, perplexity and (greedy, on the first sentences) BLEU of the model now."""
+        tc, valid = self.tc, self.data.valid
         metrics = validation_loss(
             self.model, valid, tc, self.device, self._autocast, self.data.tokenizer.ids
         )
@@ -504,10 +516,18 @@ class _Loop:
             rows = valid.select(range(n))
             hyps = self.translator.translate(rows["src"])
             metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [rows["tgt"]]).score
+        return metrics
+
+    def _beats_best(self, metrics: dict[str, float]) -> bool:
+        st = self.state
         if "bleu" in metrics:
-            improved = st.best_bleu is None or metrics["bleu"] > st.best_bleu
-        else:
-            improved = st.best_loss is None or metrics["loss"] < st.best_loss
+            return st.best_bleu is None or metrics["bleu"] > st.best_bleu
+        return st.best_loss is None or metrics["loss"] < st.best_loss
+
+    def _validate_main(self) -> bool:
+        st, tc = self.state, self.tc
+        metrics = self._valid_metrics()
+        improved = self._beats_best(metrics)
         if improved:
             st.bad_evals = 0
             st.best_loss = metrics["loss"]
@@ -530,6 +550,44 @@ class _Loop:
             log.info("early stop: %d validations without improvement", st.bad_evals)
             return True
         return False
+
+    def _average(self) -> bool:
+        """§6.1: the mean of the last checkpoints, a cheap ensemble. Written beside them, then
+        validated like any step; it replaces the best checkpoint only when it scores better
+        (True then)."""
+        n = min(self.tc.average_last, len(list_checkpoints(self.run_dir)))
+        if n < 2:
+            log.info("train.average_last: %d step checkpoint(s) on disk, nothing to average", n)
+            return False
+        path, steps = average_last(
+            self.run_dir, n, checkpoint_dir(self.run_dir) / "average.safetensors"
+        )
+        if self.data.valid is None:
+            log.info("averaged steps %s into %s (no valid set to score it)", steps, path)
+            return False
+        trained = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        load_weights(self.model, path)
+        try:
+            metrics = self._valid_metrics()
+            best = self._beats_best(metrics)
+            if best:
+                st = self.state
+                st.best_loss, st.best_bleu = metrics["loss"], metrics.get("bleu")
+                save_best(self.run_dir, st.step, self.model, {**metrics, "averaged_steps": steps})
+        finally:
+            self.model.load_state_dict(trained)
+        self._write_metrics({"split": "valid_average", "averaged_steps": steps, **metrics})
+        bleu = f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else ""
+        log.info(
+            "average of steps %d-%d (%d checkpoints): valid loss %.3f%s%s",
+            steps[0],
+            steps[-1],
+            n,
+            metrics["loss"],
+            bleu,
+            ": the new best checkpoint" if best else " (not better than the best; not used)",
+        )
+        return best
 
     def _save(self) -> None:
         self._last_save_step = self.state.step

@@ -14,6 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from seq2seq import trainer as trainer_module
 from seq2seq.batching import collate
 from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
 from seq2seq.config import load_config, validate_config
@@ -400,3 +401,78 @@ def test_an_update_larger_than_an_epoch_is_a_clear_error(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"update_freq": 100_000})
     with pytest.raises(UserError, match="one update needs 100000"):
         train(cfg, progress=False)
+
+
+def _records(run_dir, split):
+    return [
+        r for r in map(json.loads, (run_dir / "metrics.jsonl").open()) if r.get("split") == split
+    ]
+
+
+def _averaging_config(tmp_path, corpus):
+    train_section = {
+        "lr": 3e-3,
+        "max_steps": 12,
+        "save_every": 2,
+        "keep_last": 3,
+        "average_last": 3,
+        "valid_bleu_sentences": 0,  # choose by loss: exact and deterministic
+    }
+    return _config(tmp_path, corpus, train=train_section)
+
+
+def test_the_last_checkpoints_are_averaged_and_validated_and_a_worse_average_is_not_used(
+    tmp_path, corpus
+):
+    cfg = _averaging_config(tmp_path, corpus)
+    train(cfg, progress=False)
+    folder = cfg.run_dir / "checkpoints"
+    steps = [load_file(str(folder / f"step_{s:08d}.safetensors")) for s in (8, 10, 12)]
+    average = load_file(str(folder / "average.safetensors"))
+    for name, value in average.items():
+        mean = sum(s[name].double() for s in steps) / 3
+        assert torch.allclose(value.double(), mean, atol=1e-7), name
+
+    (scored,) = _records(cfg.run_dir, "valid_average")
+    assert scored["averaged_steps"] == [8, 10, 12]
+    # Twelve steps in, the model still improves every step: the last checkpoint beats the mean.
+    best_step = min(_records(cfg.run_dir, "valid"), key=lambda r: r["loss"])
+    assert scored["loss"] > best_step["loss"]
+    best = json.loads((folder / "best.json").read_text())
+    assert best["step"] == best_step["step"] and "averaged_steps" not in best
+    best_weights = load_file(str(folder / "best.safetensors"))
+    assert all(torch.equal(best_weights[k], steps[-1][k]) for k in best_weights)
+
+
+def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_knows_it(
+    tmp_path, corpus, monkeypatch
+):
+    # A scorer that ranks the average (the last validation) first; the rest is the real path.
+    real = trainer_module.validation_loss
+    calls = []
+
+    def scored(model, *args, **kwargs):
+        metrics = real(model, *args, **kwargs)
+        calls.append(metrics)
+        return {**metrics, "loss": 0.5} if len(calls) == 4 else metrics  # below any real loss
+
+    monkeypatch.setattr(trainer_module, "validation_loss", scored)
+    cfg = _averaging_config(tmp_path, corpus)
+    train(cfg, progress=False)
+    assert len(calls) == 4  # steps 4, 8 and 12, then the average
+    folder = cfg.run_dir / "checkpoints"
+    best = json.loads((folder / "best.json").read_text())
+    assert best["averaged_steps"] == [8, 10, 12] and best["loss"] == 0.5
+    average = load_file(str(folder / "average.safetensors"))
+    best_weights = load_file(str(folder / "best.safetensors"))
+    assert all(torch.equal(best_weights[k], average[k]) for k in average)
+    # The last step keeps its own trained weights, and its state the new best.
+    last = latest_checkpoint(cfg.run_dir)
+    trained = load_file(str(last.weights))
+    assert not all(torch.equal(trained[k], average[k]) for k in average)
+    assert load_state(last.state)["train"]["best_loss"] == 0.5
+
+
+def test_averaging_more_checkpoints_than_are_kept_is_a_config_error(tmp_path, corpus):
+    with pytest.raises(ConfigError, match="average_last .* keep_last"):
+        _config(tmp_path, corpus, train={"keep_last": 2, "average_last": 3})
