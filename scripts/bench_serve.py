@@ -45,10 +45,12 @@ import json, sys, time
 from pathlib import Path
 from seq2seq.runtime import set_threads
 from seq2seq.translate import translate_files
+from seq2seq.config import run_decode
 from seq2seq.translator import load_translator
 run, beam, threads, src, out, repeats, group = sys.argv[1:8]
 set_threads(int(threads))
-translator, _ = load_translator(Path(run), device="cpu", decode_overrides={"beam_size": int(beam)})
+decode = run_decode(Path(run), beam_size=int(beam))
+translator, _ = load_translator(Path(run), device="cpu", decode=decode)
 translate_files(translator, Path(src), Path(out))
 times = []
 for _ in range(int(repeats)):

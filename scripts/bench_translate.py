@@ -167,6 +167,7 @@ def decode_project(
     import torch
 
     torch.set_num_threads(threads)
+    from seq2seq.config import run_decode
     from seq2seq.translator import load_translator
 
     def wait() -> None:
@@ -180,7 +181,7 @@ def decode_project(
         # HF's and CTranslate2's normalisation and whole lines, so that all run the same search.
         decode["length_norm"] = "length"
         decode["split_sentences"] = False
-        translator, _ = load_translator(run, device=device, decode_overrides=decode)
+        translator, _ = load_translator(run, device=device, decode=run_decode(run, **decode))
         if device != "cpu":
             translate_as_peers_do(translator, src[:BATCH])  # kernels loaded before timing
         times = []

@@ -63,7 +63,7 @@ def corpus(data: Path | None, out: Path) -> Path:
     if data is None:
         from seq2seq.demo_corpus import write_demo_corpus
 
-        write_demo_corpus(folder, 40_000, 1_000, 0)
+        write_demo_corpus(folder, n_train=40_000, n_valid=1_000, n_test=0)
         return folder
     for name in ("train.en", "train.fr", "valid.en", "valid.fr"):
         plain, packed = data / name, data / f"{name}.gz"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import torch
 
+from . import search
 from .batching import no_peek_mask, pad, padding_mask
 from .errors import UserError
 from .model import MultiHeadAttention, Transformer
-from .search import greedy
 
 
 def explicit_cross_attention(
@@ -77,16 +77,8 @@ def attention_of_translation(
     model.eval()
     special = tokenizer.ids
     src = pad([ids], pad_id=special.pad).to(device)
-    hyp = greedy(
-        model,
-        src,
-        padding_mask(src, special.pad),
-        decode.max_len_a,
-        decode.max_len_b,
-        decode.length_penalty,
-        length_norm=decode.length_norm,
-        special=special,
-    )[0]
+    greedy = decode.model_copy(update={"beam_size": 1, "nbest": 1})
+    hyp = search.decode(model, src, greedy, special=special)[0][0]
     # Row t of the weights is the step that produced output t (start + the first t tokens in).
     tgt_in = torch.tensor([[special.start, *hyp.tokens]], device=device)
     _, weights = cross_attention_weights(model, src, tgt_in)

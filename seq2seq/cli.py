@@ -10,12 +10,15 @@ import traceback
 from collections.abc import Callable
 from functools import wraps
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from . import __version__
 from .errors import UserError
+
+if TYPE_CHECKING:  # the CLI imports the heavy modules inside each command, for a quick --help
+    from .config import DecodeConfig
 
 app = typer.Typer(
     name="seq2seq",
@@ -172,10 +175,11 @@ def train(
 
 
 def _dry_run(cfg) -> None:
-    from .model import Transformer, count_parameters, describe
+    from .model import Vocabulary, build_model, count_parameters, describe
 
     vocab = cfg.tokenizer.vocab_size
-    model = Transformer(cfg.model, vocab, vocab, cfg.tokenizer.joint, cfg.tokenizer.pad_id)
+    shape = Vocabulary(vocab, vocab, cfg.tokenizer.joint, pad_id=cfg.tokenizer.pad_id)
+    model = build_model(cfg.model, shape)
     m = cfg.model
     print(
         f"config OK. model: {m.encoder_layers}+{m.decoder_layers} layers, d_model {m.d_model}, "
@@ -215,17 +219,11 @@ def tokens_per_update(max_tokens: int, update_freq: int, world_size: int) -> str
     return line
 
 
-def _decode_options(
-    beam_size, nbest, length_penalty, batch_size, max_tokens, split_sentences=None
-) -> dict:
-    return {
-        "beam_size": beam_size,
-        "nbest": nbest,
-        "length_penalty": length_penalty,
-        "batch_size": batch_size,
-        "max_tokens": max_tokens,
-        "split_sentences": split_sentences,
-    }
+def _decode_settings(run: Path, **options: Any) -> DecodeConfig:
+    """The run's decode settings with the options given on the command line (None: unset)."""
+    from .config import run_decode
+
+    return run_decode(run, **options)
 
 
 BeamSize = Annotated[
@@ -295,28 +293,45 @@ def evaluate(
       seq2seq evaluate --run runs/new --json new.json --baseline old.json --fail-on-regression
     """
     from .config import CorpusConfig
-    from .evaluate import describe_lengths
     from .evaluate import evaluate as run_evaluation
 
     if fail_on_regression and baseline is None:
         raise UserError("--fail-on-regression needs --baseline OLD_REPORT.json")
     hub_spec = CorpusConfig(hub=hub, hub_config=hub_config, split=hub_split) if hub else None
-    decode = _decode_options(
-        beam_size, None, length_penalty, batch_size, max_tokens, split_sentences
+    decode = _decode_settings(
+        run,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        split_sentences=split_sentences,
     )
     report = run_evaluation(
         run,
-        split,
-        src,
-        ref,
-        hub_spec,
-        checkpoint,
-        output_dir,
-        json_path,
-        device,
-        decode,
-        baseline,
+        split=split,
+        src_file=src,
+        ref_file=ref,
+        hub=hub_spec,
+        checkpoint=checkpoint,
+        output_dir=output_dir,
+        report_path=json_path,
+        device=device,
+        decode=decode,
+        baseline=baseline,
     )
+    _print_report(report)
+    failed = _regressed(report.get("comparison"), fail_on_regression)
+    if min_bleu is not None and report["bleu"] < min_bleu:
+        print(f"error: BLEU {report['bleu']:.2f} is below --min-bleu {min_bleu}", file=sys.stderr)
+        failed = True
+    if failed:
+        raise typer.Exit(1)
+
+
+def _print_report(report: dict[str, Any]) -> None:
+    """The scores with their signatures and the length report, as `evaluate` prints them."""
+    from .evaluate import describe_lengths
+
     print(f"BLEU = {report['bleu']:.2f}  {report['bleu_signature']}")
     print(f"  {report['bleu_detail']}")
     print(f"chrF2 = {report['chrf']:.2f}  {report['chrf_signature']}")
@@ -328,26 +343,25 @@ def evaluate(
         report["hypotheses_file"],
         report["report"],
     )
-    failed = False
-    comparison = report.get("comparison")
-    if comparison is not None:
-        verdict = "significant" if comparison["significant"] else "not significant"
-        if comparison["delta"] == 0:
-            verdict = "no difference"
-        print(
-            f"BLEU vs baseline: {comparison['baseline']:.2f} → {comparison['candidate']:.2f}, "
-            f"Δ = {comparison['delta']:+.2f} (95% interval {comparison['ci_low']:+.2f} to "
-            f"{comparison['ci_high']:+.2f}), p = {comparison['p_value']:.4f} ({verdict}; "
-            f"paired bootstrap, {comparison['samples']} resamples)"
-        )
-        if fail_on_regression and comparison["delta"] < 0 and comparison["significant"]:
-            print("error: BLEU dropped significantly against the baseline", file=sys.stderr)
-            failed = True
-    if min_bleu is not None and report["bleu"] < min_bleu:
-        print(f"error: BLEU {report['bleu']:.2f} is below --min-bleu {min_bleu}", file=sys.stderr)
-        failed = True
-    if failed:
-        raise typer.Exit(1)
+
+
+def _regressed(comparison: dict[str, Any] | None, fail_on_regression: bool) -> bool:
+    """Print the comparison with the baseline; True when it should fail the job."""
+    if comparison is None:
+        return False
+    verdict = "significant" if comparison["significant"] else "not significant"
+    if comparison["delta"] == 0:
+        verdict = "no difference"
+    print(
+        f"BLEU vs baseline: {comparison['baseline']:.2f} → {comparison['candidate']:.2f}, "
+        f"Δ = {comparison['delta']:+.2f} (95% interval {comparison['ci_low']:+.2f} to "
+        f"{comparison['ci_high']:+.2f}), p = {comparison['p_value']:.4f} ({verdict}; "
+        f"paired bootstrap, {comparison['samples']} resamples)"
+    )
+    if fail_on_regression and comparison["delta"] < 0 and comparison["significant"]:
+        print("error: BLEU dropped significantly against the baseline", file=sys.stderr)
+        return True
+    return False
 
 
 @app.command()
@@ -392,10 +406,16 @@ def translate(
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if errors not in ("strict", "replace"):
         raise UserError(f"--errors must be strict or replace, not {errors!r}")
-    decode = _decode_options(
-        beam_size, nbest, length_penalty, batch_size, max_tokens, split_sentences
+    decode = _decode_settings(
+        run,
+        beam_size=beam_size,
+        nbest=nbest,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+        split_sentences=split_sentences,
     )
-    translator, _ = load_translator(run, checkpoint, device, decode)
+    translator, _ = load_translator(run, checkpoint, device, decode=decode)
     translate_files(translator, input, output, errors)
 
 
@@ -465,7 +485,13 @@ def serve(
         batch=BatchLimits(batch_window_ms / 1000, max_batch_tokens, max_batch_requests, max_queue),
         request=RequestLimits(max_request_lines, max_request_bytes, max_beam_size),
     )
-    decode = _decode_options(beam_size, None, length_penalty, batch_size, max_tokens)
+    decode = _decode_settings(
+        run,
+        beam_size=beam_size,
+        length_penalty=length_penalty,
+        batch_size=batch_size,
+        max_tokens=max_tokens,
+    )
     quiet = bool(_options(ctx).get("quiet"))
     run_server(run, cfg, checkpoint, device, decode, threads, quiet)
 
@@ -667,7 +693,7 @@ def demo_data(
     """
     from .demo_corpus import write_demo_corpus
 
-    counts = write_demo_corpus(out, train, valid, test, seed)
+    counts = write_demo_corpus(out, n_train=train, n_valid=valid, n_test=test, seed=seed)
     print(f"wrote {', '.join(f'{n} {split}' for split, n in counts.items())} pairs to {out}")
 
 

@@ -153,6 +153,10 @@ class TokenizerConfig(_Strict):
 class ModelConfig(_Strict):
     """Encoder-decoder Transformer shape (Vaswani et al. 2017, base model by default)."""
 
+    arch: str = Field(
+        "transformer",
+        description="Architecture, a name in model.ARCHITECTURES (the one built in: transformer).",
+    )
     d_model: PositiveInt = Field(512, description="Width of embeddings and layers (§3).")
     heads: PositiveInt = Field(8, description="Attention heads; must divide d_model (§3.2.2).")
     encoder_layers: PositiveInt = Field(6, description="Encoder layers (N in §3.1).")
@@ -462,3 +466,8 @@ def load_run_config(run_dir: Path) -> Config:
     if not path.is_file():
         raise UserError(f"{run_dir} is not a run directory (no {CONFIG_NAME}); train into it first")
     return load_config(path)
+
+
+def run_decode(run_dir: Path, **changes: Any) -> DecodeConfig:
+    """A run's decode settings with some changed (None: keep the run's), validated."""
+    return with_changes(load_run_config(run_dir).decode, changes)

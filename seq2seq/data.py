@@ -270,6 +270,7 @@ class _EncodeAndFilter:
         self,
         run_dir: str,
         tokenizer: TokenizerConfig,
+        *,
         max_len: int,
         max_len_ratio: float | None,
         repeats: np.ndarray | None,
@@ -351,6 +352,7 @@ def tokenize(
     ds: datasets.Dataset,
     run_dir: Path,
     tokenizer: TokenizerConfig | bool,
+    *,
     max_len: int,
     num_proc: int = 1,
     max_len_ratio: float | None = None,
@@ -371,7 +373,12 @@ def tokenize(
     repeats = duplicate_bits(ds) if dedup else None
     with tempfile.TemporaryDirectory(prefix="seq2seq-tally-") as tally_dir:
         encode = _EncodeAndFilter(
-            str(run_dir), tokenizer, max_len, max_len_ratio, repeats, tally_dir
+            str(run_dir),
+            tokenizer,
+            max_len=max_len,
+            max_len_ratio=max_len_ratio,
+            repeats=repeats,
+            tally_dir=tally_dir,
         )
 
         def run(from_cache: bool) -> datasets.Dataset:
@@ -501,7 +508,13 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
     )
     reports = {}
     train_ds, reports["train"] = tokenize(
-        train_raw, run_dir, cfg.tokenizer, d.max_len, d.num_proc, d.max_len_ratio, d.dedup
+        train_raw,
+        run_dir,
+        cfg.tokenizer,
+        max_len=d.max_len,
+        num_proc=d.num_proc,
+        max_len_ratio=d.max_len_ratio,
+        dedup=d.dedup,
     )
     log.info("train: %s", reports["train"])
     if len(train_ds) == 0:
@@ -514,7 +527,7 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
         valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
         # Validation keeps its repeats and odd ratios: only what the model cannot take goes.
         valid_ds, reports["valid"] = tokenize(
-            valid_raw, run_dir, cfg.tokenizer, d.max_len, d.num_proc
+            valid_raw, run_dir, cfg.tokenizer, max_len=d.max_len, num_proc=d.num_proc
         )
         log.info("valid: %s", reports["valid"])
         if len(valid_ds) == 0:

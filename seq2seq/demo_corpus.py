@@ -398,7 +398,13 @@ def _noun_phrases(n: int, noun: str, size: str | None, colour: str | None) -> Pa
 
 
 def counting_pair(
-    subject: str, verb: str, n: int, noun: str, size: str | None = None, colour: str | None = None
+    subject: str,
+    verb: str,
+    n: int,
+    noun: str,
+    *,
+    size: str | None = None,
+    colour: str | None = None,
 ) -> Pair:
     """Counting: I have 371 cats -> J'ai trois cent soixante et onze chats (full agreement)."""
     subj: Subject = _lookup(SUBJECTS, subject, "subject")
@@ -410,7 +416,7 @@ def counting_pair(
 
 
 def there_is_pair(
-    n: int, noun: str, place: str, size: str | None = None, colour: str | None = None
+    n: int, noun: str, place: str, *, size: str | None = None, colour: str | None = None
 ) -> Pair:
     """Existence: There are two red apples in the garden -> Il y a deux pommes rouges ..."""
     fr_place = _lookup(PLACES, place, "place")
@@ -608,15 +614,15 @@ def _sample_counting(rng: random.Random) -> Pair:
     verb = rng.choice(list(VERBS))
     nouns = [n for n, e in NOUNS.items() if e.tradable or verb not in _TRADE_VERBS]
     noun = rng.choice(nouns)
-    return counting_pair(
-        subject, verb, _count(rng), noun, _optional(rng, _SIZES), _optional(rng, _COLOURS)
-    )
+    size, colour = _optional(rng, _SIZES), _optional(rng, _COLOURS)
+    return counting_pair(subject, verb, _count(rng), noun, size=size, colour=colour)
 
 
 def _sample_there_is(rng: random.Random) -> Pair:
     noun = rng.choice(list(NOUNS))
     place = rng.choice(list(PLACES))
-    return there_is_pair(_count(rng), noun, place, _optional(rng, _SIZES), _optional(rng, _COLOURS))
+    size, colour = _optional(rng, _SIZES), _optional(rng, _COLOURS)
+    return there_is_pair(_count(rng), noun, place, size=size, colour=colour)
 
 
 def _sample_birth(rng: random.Random) -> Pair:
@@ -758,6 +764,7 @@ def _draw_splits(sizes: dict[str, int], seed: int) -> dict[str, list[Pair]]:
 
 def write_demo_corpus(
     out_dir: str | os.PathLike[str],
+    *,
     n_train: int = 40000,
     n_valid: int = 500,
     n_test: int = 1000,

@@ -12,7 +12,7 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from .config import CorpusConfig, load_run_config
+from .config import CorpusConfig, DecodeConfig, load_run_config
 from .data import load_corpus, read_lines
 from .errors import UserError
 from .files import atomic_write_text
@@ -75,6 +75,7 @@ def paired_bootstrap(
     baseline: list[str],
     candidate: list[str],
     references: list[str],
+    *,
     samples: int = BOOTSTRAP_SAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> Comparison:
@@ -203,6 +204,7 @@ def _test_set(
 
 def evaluate(
     run_dir: Path,
+    *,
     split: str = "test",
     src_file: Path | None = None,
     ref_file: Path | None = None,
@@ -211,7 +213,7 @@ def evaluate(
     output_dir: Path | None = None,
     report_path: Path | None = None,
     device: str = "auto",
-    decode_overrides: dict | None = None,
+    decode: DecodeConfig | None = None,
     baseline: Path | None = None,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked."""
@@ -223,7 +225,7 @@ def evaluate(
     if base_report is not None:
         _check_same_references(base_report, references, baseline)
 
-    translator, used = load_translator(run_dir, checkpoint, device, decode_overrides)
+    translator, used = load_translator(run_dir, checkpoint, device, decode=decode)
     hypotheses = translator.translate(sources)
     s = score(hypotheses, references)
 

@@ -41,7 +41,7 @@ from .config import (
     save_config,
 )
 from .errors import UserError
-from .model import Transformer
+from .model import Transformer, Vocabulary, build_model
 from .tokenizer import (
     MARIAN_FILES,
     MARIAN_TARGET_VOCAB,
@@ -242,7 +242,9 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
                 f"{emb.size(0)} rows"
             )
     ids = SpecialIds.of(tok_cfg)
-    model = Transformer(model_cfg, len(src_vocab), len(tgt_vocab), not separate, ids.pad)
+    model = build_model(
+        model_cfg, Vocabulary(len(src_vocab), len(tgt_vocab), not separate, ids.pad)
+    )
     inverse = torch.argsort(sines_first(model_cfg.d_model))
     state: dict[str, torch.Tensor] = {
         "src_embed.weight": _permute(src_embed, READS, inverse),

@@ -8,10 +8,9 @@ from typing import Any
 
 from .checkpoint import BEST, checkpoint_dir, list_checkpoints
 from .config import load_run_config
-from .model import count_parameters
+from .model import build_model, count_parameters
 from .runlog import METRICS_NAME
 from .tokenizer import load_run_tokenizer
-from .translator import build_model
 
 
 def best_validation(run_dir: Path) -> dict[str, Any] | None:

@@ -101,6 +101,7 @@ def linear_cross_entropy(
     weight: torch.Tensor,
     target: torch.Tensor,
     smoothing: float,
+    *,
     bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Sum of label-smoothed cross-entropy of `hidden @ weight.T (+ bias)` against `target` (no
@@ -143,10 +144,5 @@ class TranslationLoss(nn.Module):
         # dropped below, and real positions never see a later (padded) key.
         states = self.model.decoder_states(tgt_in, memory, src_mask, None)
         real = tgt_out != self.pad_id  # padded positions cost nothing in the output layer
-        return linear_cross_entropy(
-            states[real],
-            self.model.output.weight,
-            tgt_out[real],
-            self.smoothing,
-            self.model.final_logits_bias,
-        )
+        weight, bias = self.model.output_layer()
+        return linear_cross_entropy(states[real], weight, tgt_out[real], self.smoothing, bias=bias)

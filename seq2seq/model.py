@@ -18,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import ModelConfig
-from .tokenizer import PAD_ID
+from .errors import ConfigError
+from .tokenizer import PAD_ID, Tokenizer
 
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
@@ -43,6 +44,7 @@ def attend(
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
+    *,
     dropout: float = 0.0,
     causal: bool = False,
 ) -> torch.Tensor:
@@ -172,8 +174,8 @@ class MultiHeadAttention(nn.Module):
             k,
             v,
             None if mask is None else mask.unsqueeze(1),  # broadcast over heads
-            self.dropout if self.training else 0.0,
-            causal,
+            dropout=self.dropout if self.training else 0.0,
+            causal=causal,
         )
         b, _, t, _ = y.shape
         return self.out_proj(y.transpose(1, 2).reshape(b, t, self.d_model))
@@ -327,6 +329,7 @@ class Transformer(nn.Module):
         src_vocab: int,
         tgt_vocab: int,
         joint_vocab: bool,
+        *,
         pad_id: int = PAD_ID,
         start_id: int | None = None,
     ):
@@ -454,6 +457,11 @@ class Transformer(nn.Module):
         cache.length += 1
         return self.logits(self.decoder_norm(x)).squeeze(1)
 
+    def output_layer(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The pre-softmax projection's weight [V, d_model] and fixed bias (or None), for a loss
+        that fuses the projection with the softmax."""
+        return self.output.weight, self.final_logits_bias
+
     def forward(
         self,
         src: torch.Tensor,
@@ -463,6 +471,56 @@ class Transformer(nn.Module):
     ) -> torch.Tensor:
         memory = self.encode(src, src_mask)
         return self.logits(self.decoder_states(tgt_in, memory, src_mask, tgt_mask))
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a model is sized to: its vocabularies and the special ids its embeddings know."""
+
+    src_size: int
+    tgt_size: int
+    joint: bool
+    pad_id: int = PAD_ID
+    start_id: int | None = None  # the decoder's first input (None: BOS, a token of its own)
+
+    @classmethod
+    def of(cls, tokenizer: Tokenizer) -> Vocabulary:
+        """The vocabulary of a loaded tokenizer."""
+        ids = tokenizer.ids
+        return cls(
+            tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint, ids.pad, ids.start
+        )
+
+
+def _transformer(cfg: ModelConfig, vocab: Vocabulary) -> Transformer:
+    return Transformer(
+        cfg,
+        vocab.src_size,
+        vocab.tgt_size,
+        vocab.joint,
+        pad_id=vocab.pad_id,
+        start_id=vocab.start_id,
+    )
+
+
+# Architecture name (`model.arch`) → constructor. A new architecture (an importer's layout, a
+# variant of the stack) is one entry here; everything that opens a run builds through it.
+ARCHITECTURES: dict[str, Callable[[ModelConfig, Vocabulary], Transformer]] = {
+    "transformer": _transformer,
+}
+
+
+def build_model(cfg: ModelConfig, vocab: Vocabulary | Tokenizer) -> Transformer:
+    """The model a config describes, sized to a vocabulary (or a loaded tokenizer's)."""
+    if not isinstance(vocab, Vocabulary):
+        vocab = Vocabulary.of(vocab)
+    make = ARCHITECTURES.get(cfg.arch)
+    if make is None:
+        raise ConfigError(
+            f"model.arch {cfg.arch!r} is not an architecture seq2seq knows "
+            f"({', '.join(sorted(ARCHITECTURES))})"
+        )
+    return make(cfg, vocab)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -115,6 +115,7 @@ def plot_attention(
     out_pieces: list[str],
     weights: list,
     out: Path,
+    *,
     dpi: int = 100,
 ) -> Path:
     """Per decoder layer, the head-averaged cross-attention then each head; source on x,

@@ -1,4 +1,5 @@
-"""The rules of a run directory: never overwrite a run, resume only what fits, save the config."""
+"""The rules of a run directory: never overwrite a run, resume only what fits, save the config;
+and opening a trained run (config, tokenizer, model) for every command that uses one."""
 
 from __future__ import annotations
 
@@ -8,11 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from .checkpoint import (
     Checkpoint,
     best_or_latest,
     imported_from,
     latest_checkpoint,
+    load_weights,
     remove_debris,
 )
 from .config import (
@@ -25,7 +29,8 @@ from .config import (
     validate_config,
 )
 from .errors import ConfigError, UserError
-from .tokenizer import tokenizer_files
+from .model import Transformer, build_model
+from .tokenizer import Tokenizer, load_run_tokenizer, tokenizer_files
 
 log = logging.getLogger(__name__)
 
@@ -213,3 +218,29 @@ def copy_tokenizer(init: InitFrom, cfg: Config) -> None:
         target = Path(cfg.run_dir) / path.relative_to(init.run_dir)
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
+
+
+@dataclass
+class LoadedRun:
+    """A trained run opened for use: its config, tokenizer, and model (weights loaded, eval)."""
+
+    config: Config
+    tokenizer: Tokenizer
+    model: Transformer
+    checkpoint: Path  # the weights loaded
+
+
+def load_run(
+    run_dir: Path, checkpoint: Path | None = None, device: torch.device | str = "cpu"
+) -> LoadedRun:
+    """Open a run directory with its best (else latest) or a given checkpoint, on `device`."""
+    run_dir = Path(run_dir)
+    cfg = load_run_config(run_dir)
+    tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
+    path = Path(checkpoint) if checkpoint else best_or_latest(run_dir)
+    if path is None:
+        raise UserError(f"{run_dir} has no checkpoint yet; train (or wait for the first save)")
+    model = build_model(cfg.model, tokenizer).to(device)
+    load_weights(model, path)
+    model.eval()
+    return LoadedRun(cfg, tokenizer, model, path)

@@ -1,4 +1,6 @@
-"""Decoding with the incremental (KV-cached) decoder: greedy search and batched beam search.
+"""Decoding with the incremental (KV-cached) decoder: greedy search and batched beam search,
+behind one entry, `decode(model, src, options)`, that every job (evaluate, translate, serve,
+validation) calls.
 
 Both keep their state on the device and read back one thing per step, which sentences are still
 decoding (to drop the finished ones from the batch), so a GPU waits for the host at most once a
@@ -12,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .batching import padding_mask
+from .config import DecodeConfig
 from .model import DecoderCache, Transformer
 from .tokenizer import DEFAULT_IDS, SpecialIds
 
@@ -47,6 +51,42 @@ def length_penalty(length, alpha: float, norm: str = "gnmt"):
     if norm == "length":
         return length**alpha
     raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, not {norm!r}")
+
+
+def decode(
+    model: Transformer,
+    src: torch.Tensor,
+    options: DecodeConfig,
+    *,
+    special: SpecialIds = DEFAULT_IDS,
+) -> list[list[Hypothesis]]:
+    """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
+    best first: greedy search for beam 1, beam search otherwise. A new decoding mode is a
+    branch here and a field of DecodeConfig."""
+    src_mask = padding_mask(src, special.pad)
+    caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b}
+    if options.beam_size == 1:
+        found = greedy(
+            model,
+            src,
+            src_mask,
+            **caps,
+            alpha=options.length_penalty,
+            length_norm=options.length_norm,
+            special=special,
+        )
+        return [[h] for h in found]
+    return beam_search(
+        model,
+        src,
+        src_mask,
+        beam=options.beam_size,
+        **caps,
+        alpha=options.length_penalty,
+        nbest=options.nbest,
+        length_norm=options.length_norm,
+        special=special,
+    )
 
 
 def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> torch.Tensor:
@@ -87,10 +127,10 @@ def greedy(
     model: Transformer,
     src: torch.Tensor,
     src_mask: torch.Tensor,
+    *,
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     alpha: float = 0.0,
-    *,
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
 ) -> list[Hypothesis]:
@@ -135,11 +175,11 @@ def beam_search(
     model: Transformer,
     src: torch.Tensor,
     src_mask: torch.Tensor,
+    *,
     beam: int = 4,
     max_len_a: float = 1.0,
     max_len_b: int = 50,
     alpha: float = 0.6,
-    *,
     nbest: int = 1,
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
@@ -164,13 +204,7 @@ def beam_search(
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     steps = int(limits.max())
     never = torch.tensor(special.never_generated, dtype=torch.long, device=device)
-    # The k best finished hypotheses of each sentence, by original index, best first
-    # (-inf: an empty slot).
-    done_score = torch.full((batch, k), -math.inf, device=device)
-    done_log_prob = torch.zeros(batch, k, device=device)
-    done_length = torch.ones(batch, k, dtype=torch.long, device=device)
-    done_tokens = torch.zeros(batch, k, steps, dtype=torch.long, device=device)
-
+    finished = _Finished.empty(batch, k, steps, device)
     active = torch.arange(batch, device=device)  # sentences still searching, by original index
     scores = torch.full((batch, k), -math.inf, device=device)  # log-probs of the open beams
     scores[:, 0] = 0.0  # one start hypothesis, so the first step's picks are all distinct
@@ -179,24 +213,9 @@ def beam_search(
     for t in range(steps):
         n = active.numel()
         logits, norm = _next_token_scores(model, ids, cache, never)
-        # The best 2k of a sentence's k·V continuations are among each beam's own best 2k.
-        width = min(2 * k, logits.size(-1))
-        row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first
-        row_best = (row_best - norm.unsqueeze(1)).view(n, k, width)
-        row_token = row_token.view(n, k, width)
-        # A sentence at its length cap may only end: each beam's one candidate is EOS.
         at_cap = (t + 1 >= limits[active]).view(n, 1, 1)
-        eos_scores = (logits[:, eos] - norm).view(n, k, 1)
-        only_eos = torch.where(torch.arange(width, device=device) == 0, eos_scores, -math.inf)
-        row_best = torch.where(at_cap, only_eos, row_best)
-        row_token = torch.where(at_cap, eos, row_token)
-
-        candidates = (scores.unsqueeze(2) + row_best).view(n, k * width)
-        top_scores, pick = candidates.topk(min(2 * k, k * width), dim=1)
-        origin = pick // width  # the beam each candidate continues
-        token = row_token.view(n, k * width).gather(1, pick)
+        top_scores, token, source_rows = _best_continuations(logits, norm, scores, at_cap, eos, k)
         ends = token == eos
-        source_rows = torch.arange(n, device=device).unsqueeze(1) * k + origin
 
         # Candidates ending within the first k ranks join the finished ones; the best k stay.
         first = top_scores[:, :k]
@@ -207,13 +226,7 @@ def beam_search(
         new_tokens = torch.zeros(n, k, steps, dtype=torch.long, device=device)
         if t:  # their prefixes (EOS is implied by the length)
             new_tokens[:, :, :t] = history[source_rows[:, :k].reshape(-1)].view(n, k, t)
-        best, order = torch.cat([done_score[active], new_score], dim=1).topk(k, dim=1)
-        new_length = torch.full_like(first, t + 1, dtype=torch.long)
-        done_score[active] = best
-        done_log_prob[active] = torch.cat([done_log_prob[active], first], 1).gather(1, order)
-        done_length[active] = torch.cat([done_length[active], new_length], 1).gather(1, order)
-        by_order = order.unsqueeze(2).expand(-1, -1, steps)
-        done_tokens[active] = torch.cat([done_tokens[active], new_tokens], 1).gather(1, by_order)
+        best = finished.add(active, new_score, first, length=t + 1, tokens=new_tokens)
 
         # The best k candidates that do not end go on (stable: in score order).
         go = ends.to(torch.int8).argsort(dim=1, stable=True)[:, :k]
@@ -233,13 +246,84 @@ def beam_search(
             active, scores = active[keep], scores[keep]
             history, ids = history[keep_rows], ids[keep_rows]
             cache.keep(keep)
-    return _ranked(done_score, done_log_prob, done_length, done_tokens, nbest)
+    return _ranked(finished, nbest)
 
 
-def _ranked(score, log_prob, length, tokens, nbest: int) -> list[list[Hypothesis]]:
+def _best_continuations(
+    logits: torch.Tensor,
+    norm: torch.Tensor,
+    scores: torch.Tensor,
+    at_cap: torch.Tensor,
+    eos: int,
+    k: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The 2k best continuations of each sentence's k open beams: their log-probabilities
+    [n, 2k], tokens [n, 2k] and the cache rows they continue [n, 2k]."""
+    n = scores.size(0)
+    # The best 2k of a sentence's k·V continuations are among each beam's own best 2k.
+    width = min(2 * k, logits.size(-1))
+    row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first
+    row_best = (row_best - norm.unsqueeze(1)).view(n, k, width)
+    row_token = row_token.view(n, k, width)
+    # A sentence at its length cap may only end: each beam's one candidate is EOS.
+    eos_scores = (logits[:, eos] - norm).view(n, k, 1)
+    only_eos = torch.where(torch.arange(width, device=logits.device) == 0, eos_scores, -math.inf)
+    row_best = torch.where(at_cap, only_eos, row_best)
+    row_token = torch.where(at_cap, eos, row_token)
+
+    candidates = (scores.unsqueeze(2) + row_best).view(n, k * width)
+    top_scores, pick = candidates.topk(min(2 * k, k * width), dim=1)
+    origin = pick // width  # the beam each candidate continues
+    token = row_token.view(n, k * width).gather(1, pick)
+    source_rows = torch.arange(n, device=logits.device).unsqueeze(1) * k + origin
+    return top_scores, token, source_rows
+
+
+@dataclass
+class _Finished:
+    """The k best finished hypotheses of each sentence, by original index, best first
+    (score -inf: an empty slot)."""
+
+    score: torch.Tensor  # [B, k] length-normalised
+    log_prob: torch.Tensor  # [B, k]
+    length: torch.Tensor  # [B, k], EOS included
+    tokens: torch.Tensor  # [B, k, steps]
+
+    @classmethod
+    def empty(cls, batch: int, k: int, steps: int, device: torch.device) -> _Finished:
+        return cls(
+            torch.full((batch, k), -math.inf, device=device),
+            torch.zeros(batch, k, device=device),
+            torch.ones(batch, k, dtype=torch.long, device=device),
+            torch.zeros(batch, k, steps, dtype=torch.long, device=device),
+        )
+
+    def add(
+        self,
+        active: torch.Tensor,
+        score: torch.Tensor,
+        log_prob: torch.Tensor,
+        *,
+        length: int,
+        tokens: torch.Tensor,
+    ) -> torch.Tensor:
+        """Merge new finished hypotheses [n, k] of the `active` sentences, keep the best k of
+        each; return their scores [n, k]."""
+        best, order = torch.cat([self.score[active], score], dim=1).topk(score.size(1), dim=1)
+        lengths = torch.full_like(log_prob, length, dtype=torch.long)
+        self.score[active] = best
+        self.log_prob[active] = torch.cat([self.log_prob[active], log_prob], 1).gather(1, order)
+        self.length[active] = torch.cat([self.length[active], lengths], 1).gather(1, order)
+        by_order = order.unsqueeze(2).expand(-1, -1, self.tokens.size(2))
+        self.tokens[active] = torch.cat([self.tokens[active], tokens], 1).gather(1, by_order)
+        return best
+
+
+def _ranked(finished: _Finished, nbest: int) -> list[list[Hypothesis]]:
     """Each sentence's `nbest` best finished hypotheses, best first (one device read)."""
     out, empty = [], []
-    rows = zip(score.tolist(), log_prob.tolist(), length.tolist(), tokens.tolist())
+    f = finished
+    rows = zip(f.score.tolist(), f.log_prob.tolist(), f.length.tolist(), f.tokens.tolist())
     for i, (s, lp, lengths, toks) in enumerate(rows):
         hyps = [
             Hypothesis(toks[j][: lengths[j] - 1], s[j], lp[j])

@@ -22,7 +22,7 @@ from typing import Any
 
 from . import __version__
 from .batcher import Batcher, BatchLimits, DecodeOptions, Hypotheses, QueueFull, Stopped
-from .config import load_run_config, with_changes
+from .config import DecodeConfig, load_run_config, with_changes
 from .errors import UserError
 from .serve_request import (
     RequestError,
@@ -314,7 +314,7 @@ def serve(
     cfg: ServeConfig,
     checkpoint: Path | None = None,
     device: str = "auto",
-    decode_overrides: dict | None = None,
+    decode: DecodeConfig | None = None,
     threads: int | None = None,
     quiet: bool = False,
 ) -> None:
@@ -334,7 +334,7 @@ def serve(
     sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
     try:
-        translator, path = load_translator(run_dir, checkpoint, device, decode_overrides)
+        translator, path = load_translator(run_dir, checkpoint, device, decode=decode)
         info = run_info(run_dir, path, translator, cfg)
     except BaseException:
         sock.close()

@@ -135,6 +135,7 @@ class MarianTokenizer(Tokenizer):
         tgt: spm.SentencePieceProcessor,
         src_vocab: dict[str, int],
         tgt_vocab: dict[str, int],
+        *,
         ids: SpecialIds,
         special_tokens: list[str],
         plain_added_tokens: list[str] = (),
@@ -330,7 +331,9 @@ def load_marian_tokenizer(folder: Path, ids: SpecialIds, joint: bool = True) -> 
     src = _load_processor(folder / "source.spm")
     tgt = _load_processor(folder / "target.spm")
     specials = [*roles.values(), *special]
-    return MarianTokenizer(src, tgt, src_vocab, tgt_vocab, ids, specials, plain)
+    return MarianTokenizer(
+        src, tgt, src_vocab, tgt_vocab, ids=ids, special_tokens=specials, plain_added_tokens=plain
+    )
 
 
 def train_tokenizer(
@@ -338,6 +341,7 @@ def train_tokenizer(
     src_texts: Iterable[str],
     tgt_texts: Iterable[str],
     run_dir: Path,
+    *,
     threads: int = 1,
 ) -> Tokenizer:
     """Train SentencePiece on the training texts and save it in the run directory."""

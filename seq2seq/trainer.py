@@ -37,14 +37,14 @@ from .config import Config
 from .data import Prepared, lengths, prepare_data
 from .errors import UserError
 from .loss import TranslationLoss, label_smoothed_loss
-from .model import count_parameters
+from .model import build_model, count_parameters
 from .rundir import InitFrom, copy_tokenizer, prepare_run_dir
 from .runlog import MetricsLog, json_number, memory
 from .runtime import autocast_dtype, fast_math, resolve_device, set_threads
 from .schedule import inverse_sqrt_scheduler, set_peak_lr
 from .stopping import StopRequests
 from .tokenizer import DEFAULT_IDS, SpecialIds
-from .translator import Translator, build_model
+from .translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +244,7 @@ class _Loop:
         # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost.
         greedy = cfg.decode.model_copy(update={"beam_size": 1, "nbest": 1})
         self.translator = Translator(
-            model, data.tokenizer, greedy, device, amp_dtype, cfg.data.src_lang
+            model, data.tokenizer, greedy, device, amp_dtype=amp_dtype, src_lang=cfg.data.src_lang
         )
         self.src_lens, self.tgt_lens = lengths(data.train)  # tgt_len: target tokens + EOS
         self.token_ds = data.train.select_columns(["src_ids", "tgt_ids"])

@@ -8,25 +8,17 @@ from pathlib import Path
 
 import torch
 
-from .batching import pad, padding_mask
-from .checkpoint import best_or_latest, load_weights
-from .config import DecodeConfig, ModelConfig, load_run_config, with_changes
+from .batching import pad
+from .config import DecodeConfig
 from .errors import UserError
 from .model import Transformer
+from .rundir import load_run
 from .runtime import autocast_dtype, resolve_device
-from .search import Hypothesis, SearchError, beam_search, greedy, length_penalty
+from .search import Hypothesis, SearchError, decode, length_penalty
 from .sentences import split_sentences
-from .tokenizer import Tokenizer, load_run_tokenizer
+from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
-
-
-def build_model(cfg: ModelConfig, tokenizer: Tokenizer) -> Transformer:
-    """The Transformer a model config describes, sized to the tokenizer's vocabularies."""
-    ids = tokenizer.ids
-    return Transformer(
-        cfg, tokenizer.src_vocab_size, tokenizer.tgt_vocab_size, tokenizer.joint, ids.pad, ids.start
-    )
 
 
 class Translator:
@@ -43,6 +35,7 @@ class Translator:
         tokenizer: Tokenizer,
         decode: DecodeConfig,
         device: torch.device,
+        *,
         amp_dtype: torch.dtype | None = None,
         src_lang: str = "en",
     ):
@@ -132,38 +125,13 @@ class Translator:
     def _decode_batch(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
         special = self.tokenizer.ids
         src = pad(ids, pad_id=special.pad).to(self.device)
-        src_mask = padding_mask(src, special.pad)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
             else nullcontext()
         )
-        d = self.decode
         with amp:
-            if d.beam_size == 1:
-                found = greedy(
-                    self.model,
-                    src,
-                    src_mask,
-                    d.max_len_a,
-                    d.max_len_b,
-                    d.length_penalty,
-                    length_norm=d.length_norm,
-                    special=special,
-                )
-                return [[h] for h in found]
-            return beam_search(
-                self.model,
-                src,
-                src_mask,
-                d.beam_size,
-                d.max_len_a,
-                d.max_len_b,
-                d.length_penalty,
-                nbest=d.nbest,
-                length_norm=d.length_norm,
-                special=special,
-            )
+            return decode(self.model, src, self.decode, special=special)
 
 
 def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:
@@ -179,19 +147,16 @@ def load_translator(
     run_dir: Path,
     checkpoint: Path | None = None,
     device: str = "auto",
-    decode_overrides: dict | None = None,
+    *,
+    decode: DecodeConfig | None = None,
 ) -> tuple[Translator, Path]:
-    """A Translator for a run directory's best (else latest) or a given checkpoint."""
-    run_dir = Path(run_dir)
-    cfg = load_run_config(run_dir)
-    tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
-    path = Path(checkpoint) if checkpoint else best_or_latest(run_dir)
-    if path is None:
-        raise UserError(f"{run_dir} has no checkpoint yet; train (or wait for the first save)")
+    """A Translator for a run directory's best (else latest) or a given checkpoint, decoding
+    with `decode` (default: the run's own settings)."""
     dev = resolve_device(device)
-    model = build_model(cfg.model, tokenizer).to(dev)
-    load_weights(model, path)
-    model.eval()
-    decode = with_changes(cfg.decode, decode_overrides or {})
+    run = load_run(run_dir, checkpoint, dev)
+    decode = decode or run.config.decode
     amp = autocast_dtype(dev, "auto")
-    return Translator(model, tokenizer, decode, dev, amp, cfg.data.src_lang), path
+    translator = Translator(
+        run.model, run.tokenizer, decode, dev, amp_dtype=amp, src_lang=run.config.data.src_lang
+    )
+    return translator, run.checkpoint

@@ -169,9 +169,9 @@ def test_decoding_waits_for_the_device_at_most_once_a_step(beam):
     def decode():
         with torch.autocast("cuda", dtype=BF16):
             if beam == 1:
-                greedy(model, src, mask, 0.0, cap)
+                greedy(model, src, mask, max_len_a=0.0, max_len_b=cap)
             else:
-                beam_search(model, src, mask, beam, 0.0, cap)
+                beam_search(model, src, mask, beam=beam, max_len_a=0.0, max_len_b=cap)
 
     decode()  # warm-up: kernels loaded, allocator primed
     syncs = _syncs_while(decode)
@@ -182,6 +182,7 @@ def test_decoding_waits_for_the_device_at_most_once_a_step(beam):
 
 @pytest.mark.slow
 def test_greedy_outputs_in_bf16_equal_float32_on_a_trained_demo_model(tmp_path, demo_pairs):
+    from seq2seq.config import run_decode
     from seq2seq.translator import load_translator
 
     run = train_tiny_run(
@@ -194,8 +195,8 @@ def test_greedy_outputs_in_bf16_equal_float32_on_a_trained_demo_model(tmp_path, 
         "        eval_every: 800, save_every: 800, valid_bleu_sentences: 0, device: cuda}\n",
     )
     sources = [a for a, _ in demo_pairs[:300]]
-    bf16, _ = load_translator(run, device="cuda", decode_overrides={"beam_size": 1})
-    fp32, _ = load_translator(run, device="cuda", decode_overrides={"beam_size": 1})
+    bf16, _ = load_translator(run, device="cuda", decode=run_decode(run, beam_size=1))
+    fp32, _ = load_translator(run, device="cuda", decode=run_decode(run, beam_size=1))
     fp32.amp_dtype = None
     assert bf16.amp_dtype == BF16
     a, b = bf16.translate(sources), fp32.translate(sources)

@@ -200,7 +200,9 @@ def test_years_are_read_as_people_say_them(year: int, english: str, french: str)
 def test_counting_sentences_agree_in_number_and_gender(
     args: tuple, english: str, french: str
 ) -> None:
-    assert counting_pair(*args) == (english, french)
+    subject, verb, n, noun, *rest = args
+    described = dict(zip(("size", "colour"), rest))
+    assert counting_pair(subject, verb, n, noun, **described) == (english, french)
 
 
 def test_there_is_follows_the_number_and_elides_the_place_article() -> None:
@@ -208,7 +210,7 @@ def test_there_is_follows_the_number_and_elides_the_place_article() -> None:
         "There is one egg in the school.",
         "Il y a un œuf dans l'école.",
     )
-    assert there_is_pair(31, "flower", "garden", "small", "yellow") == (
+    assert there_is_pair(31, "flower", "garden", size="small", colour="yellow") == (
         "There are thirty-one small yellow flowers in the garden.",
         "Il y a trente et une petites fleurs jaunes dans le jardin.",
     )

@@ -9,6 +9,7 @@ import torch
 from typer.testing import CliRunner
 
 from seq2seq.cli import app
+from seq2seq.config import run_decode
 from seq2seq.translator import load_translator
 
 from .conftest import write_parallel
@@ -51,9 +52,8 @@ def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
 
     sources = [a for a, _ in demo_pairs[600:660]]
     cap = 20
-    translator, _ = load_translator(
-        run, device="cpu", decode_overrides={"beam_size": 1, "max_len_a": 0.0, "max_len_b": cap}
-    )
+    greedy = run_decode(run, beam_size=1, max_len_a=0.0, max_len_b=cap)
+    translator, _ = load_translator(run, device="cpu", decode=greedy)
     torch.manual_seed(0)
     ours = translator.translate(sources)
     ct2 = ctranslate2.Translator(str(out), device="cpu", intra_threads=1)

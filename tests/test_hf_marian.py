@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.cli import app
-from seq2seq.config import load_run_config
+from seq2seq.config import load_run_config, run_decode
 from seq2seq.errors import UserError
 from seq2seq.hf_marian import import_hf_marian
 from seq2seq.search import greedy
@@ -229,13 +229,13 @@ def test_imported_logits_equal_transformers_within_1e_5(imported):
 
 def test_imported_greedy_output_is_generates(imported):
     hf_model, hf_tok, run, _ = imported
-    tr, _ = load_translator(run, device="cpu", decode_overrides={"beam_size": 1})
+    tr, _ = load_translator(run, device="cpu", decode=run_decode(run, beam_size=1))
     special = tr.tokenizer.ids
     sources = SENTENCES[:-1]
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
     mask = padding_mask(src, special.pad)
     cap = 24
-    ours = greedy(tr.model, src, mask, 0.0, cap, 0.0, special=special)
+    ours = greedy(tr.model, src, mask, max_len_a=0.0, max_len_b=cap, alpha=0.0, special=special)
     generated = hf_model.generate(
         input_ids=src,
         attention_mask=mask,
@@ -298,13 +298,15 @@ def test_ctranslate2_export_of_an_imported_model_decodes_as_ours_greedily(import
     ctranslate2 = pytest.importorskip("ctranslate2", reason="ctranslate2 is not installed")
     _, _, run, _ = imported
     cli("--quiet", "export", "--run", run, "--format", "ctranslate2", tmp_path / "ct2")
-    tr, _ = load_translator(run, device="cpu", decode_overrides={"beam_size": 1})
+    tr, _ = load_translator(run, device="cpu", decode=run_decode(run, beam_size=1))
     cap = 20
     tr.decode = tr.decode.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
     sources = SENTENCES[:2] + SENTENCES[5:6]
     special = tr.tokenizer.ids
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
-    ours = greedy(tr.model, src, padding_mask(src, special.pad), 0.0, cap, 0.0, special=special)
+    ours = greedy(
+        tr.model, src, padding_mask(src, special.pad), max_len_a=0.0, max_len_b=cap, special=special
+    )
     model = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
     pieces = tr.tokenizer.src.encode(sources, out_type=str)
     results = model.translate_batch(
@@ -466,7 +468,9 @@ def test_fine_tuning_an_imported_model_lowers_validation_loss(tied, tmp_path, de
     sources = [a for a, _ in demo_pairs[1600:1616]]
     special = tr.tokenizer.ids
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
-    ours = greedy(tr.model, src, padding_mask(src, special.pad), 0.0, 30, 0.0, special=special)
+    ours = greedy(
+        tr.model, src, padding_mask(src, special.pad), max_len_a=0.0, max_len_b=30, special=special
+    )
     results = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1).translate_batch(
         [p + ["</s>"] for p in tr.tokenizer.src.encode(sources, out_type=str)],
         beam_size=1,

@@ -12,9 +12,8 @@ from seq2seq.checkpoint import list_checkpoints, load_weights
 from seq2seq.cli import app
 from seq2seq.config import load_run_config
 from seq2seq.info import best_validation
-from seq2seq.model import count_parameters
+from seq2seq.model import build_model, count_parameters
 from seq2seq.tokenizer import load_tokenizer
-from seq2seq.translator import build_model
 from tests.conftest import train_tiny_run
 
 

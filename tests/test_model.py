@@ -42,10 +42,10 @@ def test_padded_keys_get_exactly_zero_attention_weight(tiny_model_config, monkey
 
     real_attend, calls = model_module.attend, []
 
-    def recording(q, k, v, mask, dropout=0.0, causal=False):
+    def recording(q, k, v, mask, *, dropout=0.0, causal=False):
         eye = torch.eye(k.size(2)).expand(*k.shape[:2], -1, -1)
-        calls.append((k.size(2), real_attend(q, k, eye, mask, 0.0, causal)))
-        return real_attend(q, k, v, mask, dropout, causal)
+        calls.append((k.size(2), real_attend(q, k, eye, mask, dropout=0.0, causal=causal)))
+        return real_attend(q, k, v, mask, dropout=dropout, causal=causal)
 
     monkeypatch.setattr(model_module, "attend", recording)
     model = _model(tiny_model_config)

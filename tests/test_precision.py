@@ -137,8 +137,8 @@ def test_a_model_cast_wholly_to_bf16_trains_and_decodes_close_to_float32():
 
     half.eval()
     src = batch.src
-    greedy_out = greedy(half, src, padding_mask(src), 1.0, 4)
-    beam_out = beam_search(half, src, padding_mask(src), 3, 1.0, 4)
+    greedy_out = greedy(half, src, padding_mask(src), max_len_a=1.0, max_len_b=4)
+    beam_out = beam_search(half, src, padding_mask(src), beam=3, max_len_a=1.0, max_len_b=4)
     assert len(greedy_out) == len(beam_out) == 2
     assert all(h.tokens is not None and h.log_prob < 0 for h in greedy_out)
 

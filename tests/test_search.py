@@ -13,7 +13,14 @@ from hypothesis import strategies as st
 from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.model import Transformer
-from seq2seq.search import NEVER_GENERATED, SearchError, beam_search, greedy, length_penalty
+from seq2seq.search import (
+    NEVER_GENERATED,
+    SearchError,
+    beam_search,
+    decode,
+    greedy,
+    length_penalty,
+)
 from seq2seq.tokenizer import BOS_ID, EOS_ID
 
 
@@ -53,7 +60,7 @@ def _sequence_log_prob(model, src_row, tokens) -> float:
 
 def test_greedy_takes_the_full_models_argmax_at_every_step():
     model, src = _model(0), _sources(0)
-    for row, hyp in zip(src, greedy(model, src, padding_mask(src), 1.0, 5)):
+    for row, hyp in zip(src, greedy(model, src, padding_mask(src), max_len_a=1.0, max_len_b=5)):
         one = row[row != 0].unsqueeze(0)
         tgt_in = torch.tensor([[BOS_ID] + hyp.tokens])
         logits = model(one, tgt_in, padding_mask(one), no_peek_mask(tgt_in))[0]
@@ -71,11 +78,29 @@ def test_greedy_takes_the_full_models_argmax_at_every_step():
 def test_beam_size_one_is_greedy_search(seed, alpha):
     model, src = _model(seed), _sources(seed)
     mask = padding_mask(src)
-    greedy_out = greedy(model, src, mask, 1.2, 6, alpha)
+    greedy_out = greedy(model, src, mask, max_len_a=1.2, max_len_b=6, alpha=alpha)
     beam_out = beam_search(model, src, mask, beam=1, max_len_a=1.2, max_len_b=6, alpha=alpha)
     for g, (b,) in zip(greedy_out, beam_out):
         assert b.tokens == g.tokens
         assert b.score == pytest.approx(g.score, abs=1e-5)
+
+
+@pytest.mark.parametrize("beam, nbest", [(1, 1), (3, 2)])
+def test_decode_runs_the_search_its_options_name_on_the_padded_batch(beam, nbest):
+    model, src = _model(4), _sources(4)
+    options = DecodeConfig(
+        beam_size=beam, nbest=nbest, max_len_a=1.5, max_len_b=3, length_penalty=1.0
+    )
+    found = decode(model, src, options)
+    caps = {"max_len_a": 1.5, "max_len_b": 3, "alpha": 1.0}
+    if beam == 1:
+        expected = [[h] for h in greedy(model, src, padding_mask(src), **caps)]
+    else:
+        expected = beam_search(model, src, padding_mask(src), beam=beam, nbest=nbest, **caps)
+    assert [[(h.tokens, h.score) for h in hyps] for hyps in found] == [
+        [(h.tokens, h.score) for h in hyps] for hyps in expected
+    ]
+    assert all(len(hyps) == nbest for hyps in found)
 
 
 def _reference_beam_search(model, src_row, k, cap, alpha, norm="gnmt"):
@@ -123,7 +148,17 @@ def _reference_beam_search(model, src_row, k, cap, alpha, norm="gnmt"):
 def test_batched_beam_search_equals_the_plain_standard_search(seed, beam, alpha, norm, norm_first):
     model, src = _model(seed, norm_first=norm_first), _sources(seed)
     mask = padding_mask(src)
-    found = beam_search(model, src, mask, beam, 1.0, 3, alpha, nbest=beam, length_norm=norm)
+    found = beam_search(
+        model,
+        src,
+        mask,
+        beam=beam,
+        max_len_a=1.0,
+        max_len_b=3,
+        alpha=alpha,
+        nbest=beam,
+        length_norm=norm,
+    )
     for row, hyps in zip(src, found):
         cap = int((row != 0).sum()) + 3  # a·src_len + b
         expected = _reference_beam_search(model, row, beam, cap, alpha, norm)
@@ -138,10 +173,10 @@ def test_the_beam_stays_k_wide_when_the_greedy_path_falls_out():
     # standard search keeps two other hypotheses open rather than one, and ends at -20.35.
     model, src = _model(1), _sources(1)
     mask = padding_mask(src)
-    (best,) = beam_search(model, src, mask, 2, 1.0, 4, 0.0)[1]
+    (best,) = beam_search(model, src, mask, beam=2, max_len_a=1.0, max_len_b=4, alpha=0.0)[1]
     expected = _reference_beam_search(model, src[1], 2, int((src[1] != 0).sum()) + 4, 0.0)
     assert best.tokens == expected[0][0]
-    assert greedy(model, src, mask, 1.0, 4, 0.0)[1].score > best.score
+    assert greedy(model, src, mask, max_len_a=1.0, max_len_b=4, alpha=0.0)[1].score > best.score
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
@@ -188,9 +223,9 @@ def test_outputs_respect_the_length_cap():
     src = pad([[5, 6, 7, EOS_ID], [8, EOS_ID]])
     mask = padding_mask(src)
     caps = [2 * 4 + 1, 2 * 2 + 1]  # a·src_len + b, EOS included
-    for hyp, cap in zip(greedy(model, src, mask, 2.0, 1), caps):
+    for hyp, cap in zip(greedy(model, src, mask, max_len_a=2.0, max_len_b=1), caps):
         assert len(hyp.tokens) == cap - 1
-    for (hyp,), cap in zip(beam_search(model, src, mask, 3, 2.0, 1), caps):
+    for (hyp,), cap in zip(beam_search(model, src, mask, beam=3, max_len_a=2.0, max_len_b=1), caps):
         assert len(hyp.tokens) == cap - 1
 
 
@@ -206,7 +241,7 @@ def test_non_finite_scores_are_a_search_error_not_an_index_error(beam):
         model.output.weight.fill_(math.nan)
     with pytest.raises(SearchError) as caught:
         if beam == 1:
-            greedy(model, src, padding_mask(src), 1.0, 4)
+            greedy(model, src, padding_mask(src), max_len_a=1.0, max_len_b=4)
         else:
-            beam_search(model, src, padding_mask(src), beam, 1.0, 4)
+            beam_search(model, src, padding_mask(src), beam=beam, max_len_a=1.0, max_len_b=4)
     assert caught.value.sentences == [0, 1, 2]

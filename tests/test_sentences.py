@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch
 
 from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
+from seq2seq.model import build_model
 from seq2seq.sentences import split_sentences
 from seq2seq.tokenizer import train_tokenizer
-from seq2seq.translator import Translator, build_model
+from seq2seq.translator import Translator
 
 
 def test_a_line_of_two_sentences_is_cut_between_them():
