@@ -18,7 +18,6 @@ from seq2seq.errors import UserError
 from seq2seq.model import Transformer
 from seq2seq.plot import attention_cell_inches, plot_attention, plot_positions
 from seq2seq.tokenizer import load_tokenizer
-from tests.conftest import train_tiny_run
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -142,19 +141,10 @@ def test_pictures_without_matplotlib_say_how_to_install_it(tmp_path, monkeypatch
         plot_attention(["a"], ["b"], [torch.ones(1, 1, 1)], tmp_path / "a.png")
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, demo_pairs) -> Path:
-    """A real two-step run with two decoder layers of four heads."""
-    folder = tmp_path_factory.mktemp("attn")
-    return train_tiny_run(
-        folder,
-        demo_pairs[:300],
-        "tokenizer: {vocab_size: 120}\n"
-        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 2, ffn_dim: 64, "
-        "dropout: 0.0, max_positions: 64}\n"
-        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 2, threads: 1}\n"
-        "decode: {max_len_a: 0.0, max_len_b: 8}\n",
-    )
+@pytest.fixture
+def run_dir(trained_tiny_run) -> Path:
+    """A real two-step run with two decoder layers of four heads, outputs capped at 8 tokens."""
+    return trained_tiny_run
 
 
 def test_attention_command_writes_a_layers_by_heads_png(run_dir, tmp_path):

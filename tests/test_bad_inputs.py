@@ -8,7 +8,6 @@ other user errors 1; `seq2seq --debug …` shows the traceback for any of them.
 from __future__ import annotations
 
 import math
-import shutil
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,37 +22,13 @@ from seq2seq.checkpoint import save_checkpoint
 from seq2seq.cli import app
 from seq2seq.config import ModelConfig
 from seq2seq.model import Transformer
-from tests.conftest import write_parallel
-
-MODEL = (
-    "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 1, ffn_dim: 64, "
-    "dropout: 0.0, max_positions: 64}\n"
-)
+from tests.conftest import copy_run
 
 
-def _config(folder: Path, data: str, extra: str = "") -> Path:
-    path = folder / "config.yaml"
-    path.write_text(
-        f"run_dir: {folder / 'run'}\n{data}\n  max_len: 40\ntokenizer: {{vocab_size: 120}}\n{MODEL}"
-        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 2, threads: 1}\n"
-        + extra
-    )
-    return path
-
-
-def _aligned(folder: Path, pairs) -> str:
-    src, tgt = write_parallel(folder, "train", pairs)
-    return f"data:\n  train: {{src: {src}, tgt: {tgt}}}"
-
-
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, demo_pairs) -> Path:
+@pytest.fixture
+def run_dir(trained_tiny_run) -> Path:
     """A real (two-step) run directory: config, tokenizer, checkpoints."""
-    folder = tmp_path_factory.mktemp("run")
-    config = _config(folder, _aligned(folder, demo_pairs[:400]))
-    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return trained_tiny_run
 
 
 @pytest.fixture(autouse=True)
@@ -66,46 +41,40 @@ def _keep_sigpipe():
 
 @dataclass
 class Case:
-    """A bad input: `make(tmp, run_dir, pairs)` writes it and returns (argv, stdin)."""
+    """A bad input: `make(tmp, run_dir, tiny_config)` writes it and returns (argv, stdin)."""
 
-    make: Callable[[Path, Path, list], tuple[list[str], bytes | None]]
+    make: Callable[[Path, Path, Callable[..., Path]], tuple[list[str], bytes | None]]
     exit_code: int
     message: tuple[str, ...]  # fragments of the one error line (formatted with tmp=…)
 
 
-def _train(tmp: Path, yaml: str) -> tuple[list[str], None]:
-    config = tmp / "bad.yaml"
-    config.write_text(yaml)
+def _train(config: Path) -> tuple[list[str], None]:
     return ["train", "--config", str(config)], None
 
 
-def _train_data(tmp: Path, data: str, extra: str = "") -> tuple[list[str], None]:
-    return ["train", "--config", str(_config(tmp, data, extra))], None
+def _yaml(tmp: Path, text: str) -> Path:
+    config = tmp / "bad.yaml"
+    config.write_text(text)
+    return config
 
 
-def _raw_pair(tmp: Path, name: str, src: bytes, tgt: bytes) -> str:
+def _raw_pair(tmp: Path, name: str, src: bytes, tgt: bytes) -> dict:
     """Line-aligned files with these exact bytes, as a `data:` section."""
     (tmp / f"{name}.en").write_bytes(src)
     (tmp / f"{name}.fr").write_bytes(tgt)
-    return f"data:\n  train: {{src: {tmp / name}.en, tgt: {tmp / name}.fr}}"
+    return {"train": {"src": f"{tmp / name}.en", "tgt": f"{tmp / name}.fr"}}
 
 
-def _tsv(tmp: Path, content: bytes) -> str:
+def _tsv(tmp: Path, content: bytes) -> dict:
     (tmp / "c.tsv").write_bytes(content)
-    return f"data:\n  train: {{tsv: {tmp / 'c.tsv'}}}"
-
-
-def _copy_run(tmp: Path, run: Path) -> Path:
-    copy = tmp / "run-copy"
-    shutil.copytree(run, copy)
-    return copy
+    return {"train": {"tsv": str(tmp / "c.tsv")}}
 
 
 def _best_weights(run: Path) -> Path:
     return sorted((run / "checkpoints").glob("step_*.safetensors"))[-1]
 
 
-def _other_shape_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
+def _other_shape_checkpoint(tmp: Path, run: Path, _) -> tuple[list[str], bytes]:
     other = ModelConfig(
         d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, max_positions=64
     )
@@ -113,21 +82,21 @@ def _other_shape_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], byt
     return ["translate", "--run", str(run), "--checkpoint", str(ckpt.weights)], b"hello\n"
 
 
-def _truncated_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
-    copy = _copy_run(tmp, run)
+def _truncated_checkpoint(tmp: Path, run: Path, _) -> tuple[list[str], bytes]:
+    copy = copy_run(run, tmp)
     for weights in (copy / "checkpoints").glob("*.safetensors"):
         weights.write_bytes(weights.read_bytes()[:1000])
     return ["translate", "--run", str(copy)], b"hello\n"
 
 
-def _no_tokenizer(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
-    copy = _copy_run(tmp, run)
+def _no_tokenizer(tmp: Path, run: Path, _) -> tuple[list[str], bytes]:
+    copy = copy_run(run, tmp)
     (copy / "tokenizer" / "spm.model").unlink()
     return ["translate", "--run", str(copy)], b"hello\n"
 
 
-def _nan_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
-    copy = _copy_run(tmp, run)
+def _nan_checkpoint(tmp: Path, run: Path, _) -> tuple[list[str], bytes]:
+    copy = copy_run(run, tmp)
     for weights in (copy / "checkpoints").glob("*.safetensors"):
         tensors = load_file(str(weights))
         tensors = {
@@ -140,59 +109,69 @@ def _nan_checkpoint(tmp: Path, run: Path, pairs) -> tuple[list[str], bytes]:
 
 CASES = {
     "malformed YAML": Case(
-        lambda t, r, p: _train(t, "data:\n  train: {src: a.en\nmodel: [\n"),
+        lambda t, r, config: _train(_yaml(t, "data:\n  train: {src: a.en\nmodel: [\n")),
         2,
         ("bad.yaml", "line"),
     ),
     "unknown key": Case(
-        lambda t, r, p: _train(t, "model:\n  d_modle: 64\n"), 2, ("model.d_modle: unknown key",)
+        lambda t, r, config: _train(_yaml(t, "model:\n  d_modle: 64\n")),
+        2,
+        ("model.d_modle: unknown key",),
     ),
     "wrong type": Case(
-        lambda t, r, p: _train(t, "model:\n  d_model: wide\n"), 2, ("model.d_model", "wide")
+        lambda t, r, config: _train(_yaml(t, "model:\n  d_model: wide\n")),
+        2,
+        ("model.d_model", "wide"),
     ),
     "zero size": Case(
-        lambda t, r, p: _train(t, "train:\n  max_tokens: 0\n"), 2, ("train.max_tokens",)
+        lambda t, r, config: _train(_yaml(t, "train:\n  max_tokens: 0\n")), 2, ("train.max_tokens",)
     ),
     "negative size": Case(
-        lambda t, r, p: _train(t, "model:\n  ffn_dim: -4\n"), 2, ("model.ffn_dim",)
+        lambda t, r, config: _train(_yaml(t, "model:\n  ffn_dim: -4\n")), 2, ("model.ffn_dim",)
     ),
     "d_model not divisible by heads": Case(
-        lambda t, r, p: _train(t, "model:\n  d_model: 30\n  heads: 4\n"),
+        lambda t, r, config: _train(_yaml(t, "model:\n  d_model: 30\n  heads: 4\n")),
         2,
         ("divisible", "heads"),
     ),
     "missing corpus file": Case(
-        lambda t, r, p: _train_data(t, "data:\n  train: {src: nope.en, tgt: nope.fr}"),
+        lambda t, r, config: _train(
+            config(t, data={"train": {"src": "nope.en", "tgt": "nope.fr"}})
+        ),
         2,
         ("data.train.src: file not found: nope.en",),
     ),
     "parallel files of different lengths": Case(
-        lambda t, r, p: _train_data(t, _raw_pair(t, "a", b"one\ntwo\nthree\n", b"un\ndeux\n")),
+        lambda t, r, config: _train(
+            config(t, data=_raw_pair(t, "a", b"one\ntwo\nthree\n", b"un\ndeux\n"))
+        ),
         1,
         ("a.en", "a.fr", "3", "2"),
     ),
     "TSV line with the wrong number of fields": Case(
-        lambda t, r, p: _train_data(t, _tsv(t, b"a\tb\nc\td\te\n")),
+        lambda t, r, config: _train(config(t, data=_tsv(t, b"a\tb\nc\td\te\n"))),
         1,
         ("c.tsv", "line 2"),
     ),
     "invalid UTF-8 in a corpus": Case(
-        lambda t, r, p: _train_data(t, _raw_pair(t, "u", b"fine\n\xc3\x28 bad\n", b"ok\nmal\n")),
+        lambda t, r, config: _train(
+            config(t, data=_raw_pair(t, "u", b"fine\n\xc3\x28 bad\n", b"ok\nmal\n"))
+        ),
         1,
         ("u.en", "line 2", "invalid UTF-8"),
     ),
     "empty training set after filtering": Case(
-        lambda t, r, p: _train_data(t, _aligned(t, [("", "x"), ("y", "   ")])),
+        lambda t, r, config: _train(config(t, pairs=[("", "x"), ("y", "   ")])),
         1,
         ("training set is empty after filtering", "empty 2"),
     ),
     "invalid UTF-8 on stdin": Case(
-        lambda t, r, p: (["translate", "--run", str(r)], b"good line\n\xff\xfe\n"),
+        lambda t, r, config: (["translate", "--run", str(r)], b"good line\n\xff\xfe\n"),
         1,
         ("stdin, line 2: invalid UTF-8", "--errors replace"),
     ),
     "a run directory that is not one": Case(
-        lambda t, r, p: (["translate", "--run", str(t)], b"hello\n"),
+        lambda t, r, config: (["translate", "--run", str(t)], b"hello\n"),
         1,
         ("is not a run directory",),
     ),
@@ -217,9 +196,9 @@ def _invoke(argv: list[str], stdin: bytes | None, debug: bool = False):
 
 
 @pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, run_dir, demo_pairs):
+def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, run_dir, tiny_config):
     case = CASES[name]
-    argv, stdin = case.make(tmp_path, run_dir, demo_pairs)
+    argv, stdin = case.make(tmp_path, run_dir, tiny_config)
     result = _invoke(argv, stdin)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert result.exit_code == case.exit_code, result.output

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -12,35 +10,29 @@ from seq2seq.cli import app
 from seq2seq.config import run_decode
 from seq2seq.translator import load_translator
 
-from .conftest import write_parallel
+from .conftest import train_from
 
 ctranslate2 = pytest.importorskip("ctranslate2")
-
-CONFIG = """\
-run_dir: {run}
-data: {{train: {{src: {src}, tgt: {tgt}}}, max_len: 40}}
-tokenizer: {{vocab_size: 200}}
-model: {{d_model: 32, heads: 4, encoder_layers: 2, decoder_layers: 2, ffn_dim: 64,
-        dropout: 0.0, norm_first: {norm_first}, max_positions: 64}}
-train: {{max_tokens: 600, max_steps: 40, lr: 3.0e-3, warmup_steps: 10, eval_every: 1000,
-        save_every: 40, threads: 1}}
-"""
-
-
-def _run(folder: Path, pairs, norm_first: bool) -> Path:
-    src, tgt = write_parallel(folder, "train", pairs)
-    config = folder / "config.yaml"
-    config.write_text(CONFIG.format(run=folder / "run", src=src, tgt=tgt, norm_first=norm_first))
-    result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
 
 
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
-    tmp_path, demo_pairs, norm_first
+    tmp_path, tiny_config, demo_pairs, norm_first
 ):
-    run = _run(tmp_path, demo_pairs[:600], norm_first)
+    config = tiny_config(
+        tmp_path,
+        demo_pairs[:600],
+        tokenizer={"vocab_size": 200},
+        model={"encoder_layers": 2, "norm_first": norm_first},
+        train={
+            "max_steps": 40,
+            "save_every": 40,
+            "max_tokens": 600,
+            "lr": 3e-3,
+            "warmup_steps": 10,
+        },
+    )
+    run = train_from(config)
     out = tmp_path / "ct2"
     result = CliRunner().invoke(
         app, ["export", "--run", str(run), "--format", "ctranslate2", str(out)]

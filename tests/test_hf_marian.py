@@ -393,18 +393,10 @@ def test_bad_sources_and_targets_are_refused_with_one_message(tied, tmp_path, ma
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
-def test_a_trained_run_exports_as_a_marian_model_transformers_runs_alike(tmp_path, demo_pairs):
-    from tests.conftest import train_tiny_run
-
-    run = train_tiny_run(
-        tmp_path,
-        demo_pairs[:300],
-        "tokenizer: {vocab_size: 120}\n"
-        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 2, ffn_dim: 64, "
-        "dropout: 0.0, max_positions: 64}\n"
-        "train: {max_tokens: 400, max_steps: 3, eval_every: 100, save_every: 3, threads: 1, "
-        "tensorboard: false}\n",
-    )
+def test_a_trained_run_exports_as_a_marian_model_transformers_runs_alike(
+    trained_tiny_run, tmp_path
+):
+    run = trained_tiny_run
     out = tmp_path / "hf"
     # The script of earlier benchmarks is now this command.
     subprocess.run(

@@ -14,21 +14,13 @@ from seq2seq.config import load_run_config
 from seq2seq.info import best_validation
 from seq2seq.model import build_model, count_parameters
 from seq2seq.tokenizer import load_tokenizer
-from tests.conftest import train_tiny_run
+from tests.conftest import copy_run
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, demo_pairs) -> Path:
+@pytest.fixture
+def run_dir(trained_tiny_run) -> Path:
     """A real two-step run: config, tokenizer, checkpoints, metrics."""
-    folder = tmp_path_factory.mktemp("info")
-    return train_tiny_run(
-        folder,
-        demo_pairs[:300],
-        "tokenizer: {vocab_size: 120}\n"
-        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 2, ffn_dim: 64, "
-        "dropout: 0.0, max_positions: 64}\n"
-        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n",
-    )
+    return trained_tiny_run
 
 
 def _info(*args: str):
@@ -90,10 +82,7 @@ def test_best_bleu_is_the_highest_validation_bleu_in_the_log(tmp_path):
 
 
 def test_best_bleu_is_reported_with_its_step(run_dir, tmp_path):
-    import shutil
-
-    copy = tmp_path / "run"
-    shutil.copytree(run_dir, copy)
+    copy = copy_run(run_dir, tmp_path)
     with open(copy / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 2, "split": "valid", "loss": 4.0, "bleu": 12.5}) + "\n")
     info = json.loads(_info("--run", str(copy), "--json").stdout)

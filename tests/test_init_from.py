@@ -10,23 +10,16 @@ from typer.testing import CliRunner
 from seq2seq.checkpoint import best_or_latest, latest_checkpoint
 from seq2seq.cli import app
 from seq2seq.config import load_run_config
-from tests.conftest import train_tiny_run, write_parallel
-
-SHAPE = (
-    "tokenizer: {vocab_size: 120}\n"
-    "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 1, ffn_dim: 64, "
-    "dropout: 0.1, max_positions: 64}\n"
-)
+from tests.conftest import train_from, write_parallel
 
 
 @pytest.fixture(scope="module")
-def base_run(tmp_path_factory, demo_pairs):
-    return train_tiny_run(
-        tmp_path_factory.mktemp("base"),
-        demo_pairs[:300],
-        SHAPE + "train: {max_tokens: 400, max_steps: 2, save_every: 2, eval_every: 100, "
-        "threads: 1, tensorboard: false}\ndecode: {beam_size: 2}\n",
+def base_run(tmp_path_factory, tiny_config):
+    """A tiny run with dropout 0.1 and beam 2, for a new run to start from."""
+    config = tiny_config(
+        tmp_path_factory.mktemp("base"), model={"dropout": 0.1}, decode={"beam_size": 2}
     )
+    return train_from(config)
 
 
 def _config(folder, pairs, extra: str = "") -> str:

@@ -24,23 +24,20 @@ from seq2seq.cli import app
 from seq2seq.config import with_changes
 from seq2seq.serve import listening_socket
 from seq2seq.translator import load_translator
-from tests.conftest import train_tiny_run
+from tests.conftest import train_from
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def run_dir(tmp_path_factory, demo_pairs) -> Path:
+def run_dir(tmp_path_factory, tiny_config) -> Path:
     """A real (barely trained) run; short outputs keep decoding quick."""
-    return train_tiny_run(
+    config = tiny_config(
         tmp_path_factory.mktemp("serve"),
-        demo_pairs[:300],
-        "tokenizer: {vocab_size: 120}\n"
-        "model: {d_model: 32, heads: 4, encoder_layers: 1, decoder_layers: 1, ffn_dim: 64, "
-        "dropout: 0.0, max_positions: 64}\n"
-        "train: {max_tokens: 400, max_steps: 2, eval_every: 100, save_every: 1, threads: 1}\n"
-        "decode: {beam_size: 2, max_len_a: 1.0, max_len_b: 4, batch_size: 32}\n",
+        model={"decoder_layers": 1},
+        decode={"beam_size": 2, "max_len_a": 1.0, "max_len_b": 4, "batch_size": 32},
     )
+    return train_from(config)
 
 
 class Server:
