@@ -211,22 +211,30 @@ def load_state(path: Path) -> dict[str, Any]:
 
 
 def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
-    """Element-wise mean of several checkpoints of one model (accumulated in float64)."""
+    """Element-wise mean of several checkpoints of one model (accumulated in float64).
+
+    Only floating-point tensors are averaged: an integer or boolean tensor (a counter, a
+    mask) has no meaningful mean and would be truncated, so it is taken from the last
+    checkpoint, as fairseq's average_checkpoints does."""
     total: dict[str, torch.Tensor] = {}
+    last: dict[str, torch.Tensor] = {}
     for path in paths:
         try:
             tensors = load_file(str(path))
         except Exception as e:  # truncated or not safetensors
             raise UserError(f"{path} is not a readable checkpoint: {e}") from None
-        if not total:
-            total = {k: v.double() for k, v in tensors.items()}
-            dtypes = {k: v.dtype for k, v in tensors.items()}
-            continue
-        if tensors.keys() != total.keys() or any(tensors[k].shape != total[k].shape for k in total):
+        if total and (
+            tensors.keys() != last.keys() or any(tensors[k].shape != last[k].shape for k in last)
+        ):
             raise UserError(f"{path} is not a checkpoint of the same model as {paths[0]}")
         for k, v in tensors.items():
-            total[k] += v.double()
-    return {k: (v / len(paths)).to(dtypes[k]) for k, v in total.items()}
+            if v.is_floating_point():
+                total[k] = total[k] + v.double() if k in total else v.double()
+        last = tensors
+    return {
+        k: (total[k] / len(paths)).to(v.dtype) if v.is_floating_point() else v
+        for k, v in last.items()
+    }
 
 
 def average_last(run_dir: Path, n: int, out: Path | None = None) -> tuple[Path, list[int]]:

@@ -10,6 +10,7 @@ import torch
 
 from seq2seq.checkpoint import (
     average_last,
+    average_weights,
     best_or_latest,
     latest_checkpoint,
     list_checkpoints,
@@ -104,6 +105,26 @@ def test_averaged_checkpoint_is_the_mean_of_the_last_n(tmp_path, tiny_model_conf
         expected = sum(s[name] for s in snapshots[1:]) / 3
         assert torch.allclose(value, expected, atol=1e-6), name
     assert averaged.output.weight is averaged.src_embed.weight
+
+
+def test_averaging_keeps_integer_tensors_from_the_last_checkpoint(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    paths = []
+    for i, (weight, count) in enumerate([(1.0, 3), (2.0, 4)]):
+        paths.append(tmp_path / f"{i}.safetensors")
+        tensors = {
+            "w": torch.full((2,), weight),
+            "n": torch.tensor([count]),
+            "m": torch.tensor([i == 1]),
+        }
+        save_file(tensors, paths[-1])
+    averaged = average_weights(paths)
+    assert averaged["w"].tolist() == [1.5, 1.5]
+    # The mean 3.5 would truncate to 3: a counter from no checkpoint at all.
+    assert averaged["n"].tolist() == [4] and averaged["n"].dtype == torch.int64
+    assert averaged["m"].tolist() == [True] and averaged["m"].dtype == torch.bool
+    assert load_file(str(paths[1]))["n"].tolist() == [4]
 
 
 def test_averaging_more_checkpoints_than_kept_is_a_clear_error(tmp_path, tiny_model_config):
