@@ -266,9 +266,10 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
     generation = _generation_settings(folder, hf)
     if isinstance(generation.get("num_beams"), int) and generation["num_beams"] >= 1:
         decode = decode.model_copy(update={"beam_size": generation["num_beams"]})
+    # HF divides beam scores by len^α (`length`), not GNMT's ((5+len)/6)^α: the imported run
+    # ranks hypotheses as `generate` does, so their beam outputs are the same.
+    decode = decode.model_copy(update={"length_norm": "length", "length_penalty": 1.0})
     if isinstance(generation.get("length_penalty"), (int, float)):
-        # HF divides scores by length^α; GNMT's ((5+len)/6)^α with the same α prefers
-        # lengths alike (marian_config maps it back the same way).
         alpha = max(float(generation["length_penalty"]), 0.0)
         decode = decode.model_copy(update={"length_penalty": alpha})
     src_lang, tgt_lang = _languages(tok_cfg_json, folder)
@@ -523,8 +524,12 @@ def marian_config(
         # What this project never outputs, HF must not either, for the same translations.
         "bad_words_ids": [[i] for i in special.never_generated],
         "num_beams": decode.beam_size,
-        # GNMT's α as HF's length normalisation exponent: a like preference for length.
+        # HF's len^α is exact for a run with length_norm `length`; a GNMT run's α becomes the
+        # exponent of len, a like preference for length (generate has no GNMT penalty).
         "length_penalty": decode.length_penalty,
+        # The project's beam search stops a sentence at k finished hypotheses, as HF's
+        # early_stopping=True does.
+        "early_stopping": True,
         "max_length": cfg.max_positions,
     }
     if not joint and shared:

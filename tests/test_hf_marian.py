@@ -27,7 +27,7 @@ from seq2seq.cli import app
 from seq2seq.config import load_run_config, run_decode
 from seq2seq.errors import UserError
 from seq2seq.hf_marian import import_hf_marian
-from seq2seq.search import greedy
+from seq2seq.search import decode, greedy
 from seq2seq.translator import load_translator
 
 transformers = pytest.importorskip(
@@ -225,6 +225,48 @@ def test_imported_logits_equal_transformers_within_1e_5(imported):
     delta = (theirs - ours)[real].abs().max().item()
     print(f"max |Δlogits| = {delta:.2e} over {int(real.sum())} positions")
     assert delta < 1e-5
+
+
+def test_imported_beam_search_ranks_as_generate_and_gives_its_outputs(tmp_path, marian_tokenizer):
+    # HF divides beam scores by len^α: an import that kept GNMT's ((5+len)/6)^α ranked the
+    # same hypotheses otherwise, and its beam-4 outputs differed from generate's.
+    hf_model = save_marian(
+        tmp_path / "hf", marian_tokenizer, LAYOUTS["tied-swish-bias-safetensors"]
+    )
+    special_eos = hf_model.config.eos_token_id
+    with torch.no_grad():  # sentences end within the cap, where both searches agree on ending
+        hf_model.final_logits_bias[0, special_eos] += 3.0
+    hf_model.generation_config.num_beams = 4
+    hf_model.generation_config.length_penalty = 1.6
+    hf_model.save_pretrained(tmp_path / "hf")
+    cli("--quiet", "import", "hf-marian", tmp_path / "hf", tmp_path / "run")
+    run = tmp_path / "run"
+    imported = load_run_config(run).decode
+    assert (imported.beam_size, imported.length_norm, imported.length_penalty) == (4, "length", 1.6)
+
+    tr, _ = load_translator(run, device="cpu")
+    special = tr.tokenizer.ids
+    src = pad(tr.tokenizer.encode_src(SENTENCES), pad_id=special.pad)
+    cap = 40
+    options = imported.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
+    ours = decode(tr.model, src, options, special=special)
+    generated = hf_model.generate(
+        input_ids=src,
+        attention_mask=padding_mask(src, special.pad),
+        num_beams=4,
+        length_penalty=1.6,
+        early_stopping=True,
+        do_sample=False,
+        max_new_tokens=cap,
+        bad_words_ids=[[special.pad]],
+    )
+    lengths = []
+    for (hyp,), row in zip(ours, generated.tolist()):
+        out = row[1:]
+        out = out[: out.index(special.eos)] if special.eos in out else out
+        assert hyp.tokens == out
+        lengths.append(len(out))
+    assert max(lengths) < cap - 1 and len(set(lengths)) > 1  # ended by choice, not by the cap
 
 
 def test_imported_greedy_output_is_generates(imported):
