@@ -26,6 +26,18 @@ def test_one_sentence_abbreviations_and_decimals_stay_whole():
     assert split_sentences("   ", "en") == ["   "]
 
 
+def test_the_splitter_cache_never_keeps_a_long_line():
+    from seq2seq import sentences
+
+    sentences._cached_segment.cache_clear()
+    for i in range(5):  # a request body of split bait: kept whole, it held ~1 MB each
+        assert len(split_sentences(f"Go now {i}. " * 2000, "en")) == 2000
+    assert sentences._cached_segment.cache_info().currsize == 0
+    split_sentences("Short. Line.", "en")
+    split_sentences("Short. Line.", "en")
+    assert sentences._cached_segment.cache_info().hits == 1
+
+
 def _translator(tmp_path, demo_pairs, **decode) -> Translator:
     src = [a for a, _ in demo_pairs[:300]]
     tgt = [b for _, b in demo_pairs[:300]]
