@@ -26,9 +26,7 @@ def _conf(text: str | None) -> dict[str, str]:
 
 def rendezvous_timeout_message(args, detail: str = "") -> str:
     """What a user needs when the nodes never meet: where they were to meet, and for how long."""
-    from torch.distributed import run as torchrun
-
-    endpoint = torchrun.get_rdzv_endpoint(args) or "(none)"
+    endpoint = _endpoint(args)
     conf = _conf(args.rdzv_conf)
     if args.rdzv_backend == "static":
         wait = conf.get("timeout", "900")
@@ -70,12 +68,46 @@ def train_in_fork(*argv: str) -> None:
     and the trainer already; those pages stay shared between the ranks of a machine."""
     from .cli import main
 
+    _default_signal_handlers()
     sys.argv = ["seq2seq", *argv]
     try:
         main()
     except SystemExit as e:  # typer ends by exiting; the agent wants a return on success
         if e.code not in (0, None):
             raise
+
+
+def _default_signal_handlers() -> None:
+    """Undo the agent's handlers in a forked worker: they raise torchrun's SignalException,
+    which a worker still preparing its data printed as a traceback. The trainer installs its
+    own (stop after the update, save) when its loop starts; before that a signal ends the
+    worker as it ends any process, and the agent says the one line."""
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def start_failure_message(args, error: BaseException) -> str:
+    """Why the agent could not start the job: the rendezvous timed out, or what else failed."""
+    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+    text = str(error)
+    # A static rendezvous reports its wait as the store's timeout, not RendezvousTimeoutError.
+    timed_out = isinstance(error, RendezvousTimeoutError) or "timed out" in text.lower()
+    if timed_out:
+        return rendezvous_timeout_message(args, text)
+    first = text.splitlines()[0] if text else "no detail"
+    return (
+        f"the training job could not start: {type(error).__name__}: {first} "
+        f"(rendezvous {args.rdzv_backend} at {_endpoint(args)})"
+    )
+
+
+def _endpoint(args) -> str:
+    from torch.distributed import run as torchrun
+
+    return torchrun.get_rdzv_endpoint(args) or "(none)"
 
 
 def _forking(config_from_args):
@@ -119,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         torchrun.run(args)
     except (RendezvousTimeoutError, DistError) as e:
-        # Raised by the agent itself, before any worker ran: the nodes never met (a static
-        # rendezvous reports it as its store's timeout).
-        print(f"error: {rendezvous_timeout_message(args, str(e))}", file=sys.stderr)
+        # Raised by the agent itself, before any worker ran.
+        print(f"error: {start_failure_message(args, e)}", file=sys.stderr)
         return 1
     except ChildFailedError as e:
         print(f"error: {child_failure_message(e)}", file=sys.stderr)

@@ -450,3 +450,45 @@ def test_sigterm_to_the_agent_stops_every_rank_after_one_update_and_saves_it(tmp
     saved = sorted((tmp_path / "run" / "checkpoints").glob("step_*.safetensors"))
     assert saved[-1].name == f"step_{step:08d}.safetensors"
     assert out.strip().splitlines()[-1] == "stopped by SIGTERM: continue the run with --resume"
+
+
+def test_a_forked_worker_starts_with_default_signal_handlers(monkeypatch):
+    # The agent's handlers raise torchrun's SignalException; inherited by a forked worker
+    # still preparing its data, a SIGTERM became a traceback instead of the agent's one line.
+    import signal
+
+    import seq2seq.cli
+    from seq2seq.launch import train_in_fork
+
+    seen = {}
+
+    def worker_main():
+        seen["term"] = signal.getsignal(signal.SIGTERM)
+        seen["int"] = signal.getsignal(signal.SIGINT)
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    monkeypatch.setattr(seq2seq.cli, "main", worker_main)
+    try:
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGINT, lambda *_: None)
+        train_in_fork("train", "--config", "x.yaml")
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    assert seen == {"term": signal.SIG_DFL, "int": signal.default_int_handler}
+
+
+def test_a_start_failure_is_named_as_itself_unless_the_rendezvous_timed_out():
+    from torch.distributed import DistError, DistStoreError
+    from torch.distributed import run as torchrun
+
+    from seq2seq.launch import start_failure_message
+
+    args = torchrun.parse_args(
+        ["--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=10.0.0.9:29400", "x.py"]
+    )
+    refused = start_failure_message(args, DistError("Connection refused\nmore detail"))
+    assert refused.startswith("the training job could not start: DistError: Connection refused")
+    assert "10.0.0.9:29400" in refused and "did not form" not in refused
+    waited = start_failure_message(args, DistStoreError("Timed out after 3 seconds"))
+    assert "did not form within 600 s" in waited and "10.0.0.9:29400" in waited
