@@ -22,10 +22,10 @@ class LogWindow:
     # Loss and gradient norm stay on the device so an update never waits for a .item().
     loss: torch.Tensor = field(init=False)
     grad_norm: torch.Tensor = field(init=False)
-    lr: float = 0.0  # the rate the last update used
-    tokens: float = 0.0  # target tokens, global: all processes
-    local_tokens: int = 0
-    start: float = field(default_factory=time.perf_counter)
+    lr: float = field(init=False, default=0.0)  # the rate the last update used
+    tokens: float = field(init=False, default=0.0)  # target tokens, global: all processes
+    local_tokens: int = field(init=False, default=0)
+    start: float = field(init=False, default_factory=time.perf_counter)
 
     def __post_init__(self) -> None:
         self.loss = torch.zeros((), dtype=torch.float64, device=self.device)

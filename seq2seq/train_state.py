@@ -14,7 +14,7 @@ from . import distributed
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainState:
     """Where training is: enough, with the checkpointed tensors, to continue exactly."""
 

@@ -28,7 +28,7 @@ from .train_state import TrainState, restore
 log = logging.getLogger(__name__)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunStart:
     """A run directory checked (and written by rank 0) and its data tokenized: what the model
     is built from."""
@@ -44,7 +44,7 @@ class RunStart:
     init: InitFrom | None
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Training:
     """Everything the loop trains with, built and (on resume) restored."""
 
@@ -93,7 +93,17 @@ def open_run(
         torch.manual_seed(tc.seed)
         # Other ranks load what rank 0 has just trained and cached.
         data = prepare_data(cfg, reuse_tokenizer or not info.is_main, may_train=info.is_main)
-    return RunStart(cfg, info, device, amp_dtype, data, latest, changes, reset_dataloader, init)
+    return RunStart(
+        cfg=cfg,
+        info=info,
+        device=device,
+        amp_dtype=amp_dtype,
+        data=data,
+        latest=latest,
+        changes=changes,
+        reset_dataloader=reset_dataloader,
+        init=init,
+    )
 
 
 def set_up(run: RunStart, model: torch.nn.Module) -> Training:
