@@ -106,7 +106,7 @@ def stage(name: str, config: Path) -> dict:
         data = prepare_data(cfg, reuse_tokenizer=True)  # cached by the prep stage: loads at once
         load_s = time.perf_counter() - start
         src, tgt = lengths(data.train)
-        batches = epoch_batches(src, tgt, cfg.train.max_tokens, seed=1, epoch=0)
+        batches = epoch_batches(src, tgt, max_tokens=cfg.train.max_tokens, seed=1, epoch=0)
         tokens = data.train.select_columns(["src_ids", "tgt_ids"])
         start = time.perf_counter()
         n_tokens = 0

@@ -96,7 +96,9 @@ def main() -> None:
         batches = [b.pin_memory() for b in batches]
 
     def step(batch) -> None:
-        accumulate_gradients(net, [batch], 1.0 / batch.ntokens, device, autocast, scaler)
+        accumulate_gradients(
+            net, [batch], scale=1.0 / batch.ntokens, device=device, autocast=autocast, scaler=scaler
+        )
         scaler.unscale_(optimizer)
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         scaler.step(optimizer)

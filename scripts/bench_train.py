@@ -34,10 +34,12 @@ def padding_of(run: Path, max_tokens: int) -> float:
     raw = load_corpus(cfg.data.train, cfg.data.src_lang, cfg.data.tgt_lang)
     # The training run's settings, so this reads its cache.
     d = cfg.data
-    ds, _ = tokenize(raw, run, True, d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup)
+    ds, _ = tokenize(
+        raw, run, True, max_len=d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup
+    )
     src, tgt = lengths(ds)
     real = total = 0
-    for b in epoch_batches(src, tgt, max_tokens, cfg.train.seed, 0):
+    for b in epoch_batches(src, tgt, max_tokens=max_tokens, seed=cfg.train.seed, epoch=0):
         real += int(src[b].sum() + tgt[b].sum())
         total += len(b) * int(src[b].max() + tgt[b].max())
     return 1 - real / total

@@ -134,7 +134,7 @@ def token_budget_batches(
 
 
 def epoch_batches(
-    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int, epoch: int
+    src_lens: np.ndarray, tgt_lens: np.ndarray, *, max_tokens: int, seed: int, epoch: int
 ) -> list[np.ndarray]:
     """One epoch's batches: a pure function of (seed, epoch), so a resumed run sees the same."""
     rng = np.random.default_rng([seed, epoch])
@@ -220,6 +220,7 @@ class _CollatedBatches(torch.utils.data.Dataset):
 def loader(
     dataset,
     batches: Sequence[np.ndarray],
+    *,
     workers: int = 0,
     pin: bool = False,
     ids: SpecialIds = DEFAULT_IDS,
@@ -238,7 +239,7 @@ def loader(
 
 
 def update_groups(
-    n_batches: int, start: int, world_size: int, rank: int, update_freq: int
+    n_batches: int, start: int, *, world_size: int, rank: int, update_freq: int
 ) -> list[tuple[int, list[int]]]:
     """This rank's micro-batch indices for each update of an epoch, from batch `start` on.
 

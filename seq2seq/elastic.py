@@ -4,7 +4,8 @@
 TORCHELASTIC_RESTART_COUNT, so a restarted process knows to resume from the run directory's
 latest checkpoint instead of refusing to overwrite it. When one process fails, the others see
 their next collective break; they stop with one line that points at the real error instead of
-each printing the transport's traceback.
+each printing the transport's traceback. What rank 0 does alone (`on_main`) stops them all
+when it fails.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -22,6 +24,8 @@ from . import distributed
 from .errors import UserError
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # How gloo and NCCL report a collective whose peer process has gone (crashed, killed, or
 # stopped by its agent); the exception types vary across torch versions, the texts less so.
@@ -93,3 +97,25 @@ def one_error_per_job(info: distributed.Dist) -> Iterator[None]:
             f"rank {info.rank}: stopping, another process of the job stopped ({why[:120]}); "
             "its error is reported by that process"
         ) from None
+
+
+def on_main(job: Callable[[], T], info: distributed.Dist) -> T | None:
+    """Rank 0's result of `job`, run on rank 0 alone; a UserError there (a full disk) stops every
+    process, which would otherwise wait for rank 0 at the next collective forever."""
+    result = failure = None
+    if info.is_main:
+        try:
+            result = job()
+        except UserError as e:
+            failure = e
+    result, message = distributed.broadcast(
+        (result, None if failure is None else str(failure)), info
+    )
+    if failure is not None:
+        raise failure
+    if message is not None:  # said once, by rank 0; the others say why they stop
+        raise UserError(
+            f"rank {info.rank}: stopping with rank 0, which failed (its error is reported by "
+            "rank 0)"
+        )
+    return result

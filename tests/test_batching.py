@@ -59,7 +59,9 @@ def test_batch_order_is_a_function_of_seed_and_epoch():
     src, tgt = _lengths()
 
     def order(seed, epoch):
-        return [b.tolist() for b in epoch_batches(src, tgt, 1024, seed, epoch)]
+        return [
+            b.tolist() for b in epoch_batches(src, tgt, max_tokens=1024, seed=seed, epoch=epoch)
+        ]
 
     assert order(1, 0) == order(1, 0)
     assert order(1, 0) != order(1, 1)

@@ -63,14 +63,16 @@ def test_a_bf16_training_step_matches_fp32_within_bf16_tolerance():
     model, (batch,) = _model(), _batches(1)
     device = torch.device("cuda")
     objective = TranslationLoss(model, 0.1)
-    fp32 = accumulate_gradients(objective, [batch], 1 / batch.ntokens, device)
+    fp32 = accumulate_gradients(objective, [batch], scale=1 / batch.ntokens, device=device)
     reference = _grads(model)
     model.zero_grad()
 
     def autocast():
         return torch.autocast("cuda", dtype=BF16)
 
-    bf16 = accumulate_gradients(objective, [batch], 1 / batch.ntokens, device, autocast)
+    bf16 = accumulate_gradients(
+        objective, [batch], scale=1 / batch.ntokens, device=device, autocast=autocast
+    )
     assert bf16.item() == pytest.approx(fp32.item(), rel=1e-2)
     assert (_grads(model) - reference).norm() <= 3e-2 * reference.norm()
 
@@ -103,7 +105,9 @@ def test_fused_adam_takes_the_steps_foreach_adam_takes():
     device = torch.device("cuda")
     for batch in _batches(3):
         for model, optimizer in zip(models, optimizers):
-            accumulate_gradients(TranslationLoss(model, 0.1), [batch], 1 / batch.ntokens, device)
+            accumulate_gradients(
+                TranslationLoss(model, 0.1), [batch], scale=1 / batch.ntokens, device=device
+            )
             optimizer.step()
             optimizer.zero_grad()
     for a, b in zip(models[0].parameters(), models[1].parameters()):
@@ -121,12 +125,14 @@ def test_one_process_nccl_ddp_step_equals_the_plain_step():
         (batch,) = _batches(1)
         device = torch.device("cuda")
         plain = _model(seed=5)
-        accumulate_gradients(TranslationLoss(plain, 0.1), [batch], 1 / batch.ntokens, device)
+        accumulate_gradients(
+            TranslationLoss(plain, 0.1), [batch], scale=1 / batch.ntokens, device=device
+        )
         wrapped = _model(seed=5)
         ddp = DistributedDataParallel(
             TranslationLoss(wrapped, 0.1), device_ids=[0], broadcast_buffers=False
         )
-        accumulate_gradients(ddp, [batch], 1 / batch.ntokens, device, ddp=True)
+        accumulate_gradients(ddp, [batch], scale=1 / batch.ntokens, device=device, ddp=True)
         assert torch.allclose(_grads(plain), _grads(wrapped), atol=1e-6, rtol=1e-5)
     finally:
         dist.destroy_process_group()

@@ -17,7 +17,7 @@ import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from seq2seq import trainer
+from seq2seq import training_setup
 from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
 from seq2seq.cli import app
 from seq2seq.config import load_config
@@ -124,7 +124,7 @@ def _lrs(peak: float, warmup: int, steps: int) -> list[float]:
 def trainer_warnings(caplog, monkeypatch):
     # The CLI, run in-process by other tests, stops seq2seq's records from reaching caplog.
     monkeypatch.setattr(logging.getLogger("seq2seq"), "propagate", True)
-    caplog.set_level(logging.WARNING, logger="seq2seq.trainer")
+    caplog.set_level(logging.WARNING, logger="seq2seq.nonfinite")
     return caplog
 
 
@@ -212,7 +212,7 @@ def test_under_fp16_an_overflowing_gradient_is_the_scalers_business_and_a_nan_lo
     tmp_path, corpus, monkeypatch
 ):
     # fp16 training is refused on CPU; here the loop runs with fp16 autocast and its scaler anyway.
-    monkeypatch.setattr(trainer, "autocast_dtype", lambda device, precision: torch.float16)
+    monkeypatch.setattr(training_setup, "autocast_dtype", lambda device, precision: torch.float16)
     _inject(monkeypatch, infinite_gradients={2, 3, 4, 5}, nan_losses={8})
     cfg = load_config(_config_file(tmp_path, corpus, max_nonfinite=2))
 

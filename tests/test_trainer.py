@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq import trainer as trainer_module
+from seq2seq import validation
 from seq2seq.batching import collate
 from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
 from seq2seq.config import load_config, validate_config
@@ -154,10 +154,10 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch(tiny_mod
     assert tokens == whole.ntokens
 
     objective = TranslationLoss(model, smoothing=0.1)
-    accumulate_gradients(objective, micro, 1 / tokens, torch.device("cpu"))
+    accumulate_gradients(objective, micro, scale=1 / tokens, device=torch.device("cpu"))
     accumulated = {n: p.grad.clone() for n, p in model.named_parameters()}
     model.zero_grad()
-    accumulate_gradients(objective, [whole], 1 / tokens, torch.device("cpu"))
+    accumulate_gradients(objective, [whole], scale=1 / tokens, device=torch.device("cpu"))
     for name, p in model.named_parameters():
         assert torch.allclose(p.grad, accumulated[name], atol=1e-6, rtol=1e-4), name
 
@@ -382,10 +382,12 @@ def _batch_shapes(cfg, steps):
     raw = load_corpus(cfg.data.train, "en", "fr")
     d = cfg.data
     ds, _ = tokenize(
-        raw, cfg.run_dir, True, d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup
+        raw, cfg.run_dir, True, max_len=d.max_len, max_len_ratio=d.max_len_ratio, dedup=d.dedup
     )
     src, tgt = lengths(ds)
-    batches = epoch_batches(src, tgt, cfg.train.max_tokens, cfg.train.seed, 0)[:steps]
+    batches = epoch_batches(
+        src, tgt, max_tokens=cfg.train.max_tokens, seed=cfg.train.seed, epoch=0
+    )[:steps]
     return [(len(b), int(src[b].max()), int(tgt[b].max())) for b in batches]
 
 
@@ -448,7 +450,7 @@ def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_kn
     tmp_path, corpus, monkeypatch
 ):
     # A scorer that ranks the average (the last validation) first; the rest is the real path.
-    real = trainer_module.validation_loss
+    real = validation.validation_loss
     calls = []
 
     def scored(model, *args, **kwargs):
@@ -456,7 +458,7 @@ def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_kn
         calls.append(metrics)
         return {**metrics, "loss": 0.5} if len(calls) == 4 else metrics  # below any real loss
 
-    monkeypatch.setattr(trainer_module, "validation_loss", scored)
+    monkeypatch.setattr(validation, "validation_loss", scored)
     cfg = _averaging_config(tmp_path, corpus)
     train(cfg, progress=False)
     assert len(calls) == 4  # steps 4, 8 and 12, then the average

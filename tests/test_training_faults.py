@@ -210,7 +210,7 @@ def test_kill_during_checkpoint_write_leaves_the_previous_one_loadable(
 STOPS_ITSELF = """
 import os, signal, sys, tempfile
 import torch
-from seq2seq import checkpoint, tokenizer, trainer
+from seq2seq import checkpoint, tokenizer, trainer, training_setup
 where, _, arg = os.environ.get("STOP_AT", "none:").partition(":")
 def stop_here():
     os.kill(os.getpid(), signal.SIGSTOP)
@@ -249,8 +249,8 @@ def stopping_after(fn, name):
             stop_here()
         return out
     return wrapped
-trainer.prepare_run_dir = stopping_after(trainer.prepare_run_dir, "config")
-trainer.prepare_data = stopping_after(trainer.prepare_data, "data")
+training_setup.prepare_run_dir = stopping_after(training_setup.prepare_run_dir, "config")
+training_setup.prepare_data = stopping_after(training_setup.prepare_data, "data")
 from seq2seq.cli import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()

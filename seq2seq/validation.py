@@ -1,0 +1,163 @@
+"""Validation during training: score the model on the valid set, keep the best checkpoint, log
+the score; and at the end, the same for the average of the last checkpoints (§6.1)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+import datasets
+import sacrebleu
+import torch
+
+from .batching import iterate, token_budget_batches
+from .checkpoint import average_last, checkpoint_dir, list_checkpoints, load_weights, save_best
+from .data import Prepared, lengths
+from .loss import label_smoothed_loss
+from .runlog import MetricsLog
+from .tokenizer import DEFAULT_IDS, SpecialIds
+from .train_state import TrainState
+
+log = logging.getLogger(__name__)
+
+
+class Validator:
+    """Scores the model on the run's valid set; run on rank 0 alone."""
+
+    def __init__(
+        self,
+        *,
+        model: torch.nn.Module,
+        data: Prepared,
+        tc,
+        device: torch.device,
+        autocast: Callable[[], AbstractContextManager],
+        translate: Callable[[list[str]], list[str]],
+        run_dir: Path,
+        metrics: MetricsLog,
+    ):
+        self.model, self.data, self.tc, self.device = model, data, tc, device
+        self.autocast, self.translate = autocast, translate
+        self.run_dir, self.metrics = Path(run_dir), metrics
+
+    def validate(self, state: TrainState) -> bool:
+        """Score the model now, as the step's validation; True when early stopping says stop."""
+        metrics, improved = self._score(state, split="valid", extra={})
+        state.bad_evals = 0 if improved else state.bad_evals + 1
+        log.info(
+            "step %d: valid loss %.3f, nll %.3f, ppl %.2f%s%s",
+            state.step,
+            metrics["loss"],
+            metrics["nll"],
+            metrics["ppl"],
+            _bleu(metrics),
+            "" if improved else f" (no improvement {state.bad_evals}×)",
+        )
+        if self.tc.patience is not None and state.bad_evals >= self.tc.patience:
+            log.info("early stop: %d validations without improvement", state.bad_evals)
+            return True
+        return False
+
+    def average(self, state: TrainState) -> bool:
+        """§6.1: the mean of the last checkpoints, a cheap ensemble. Written beside them, then
+        validated like any step; it replaces the best checkpoint only when it scores better
+        (True then)."""
+        n = min(self.tc.average_last, len(list_checkpoints(self.run_dir)))
+        if n < 2:
+            log.info("train.average_last: %d step checkpoint(s) on disk, nothing to average", n)
+            return False
+        path, steps = average_last(
+            self.run_dir, n, checkpoint_dir(self.run_dir) / "average.safetensors"
+        )
+        if self.data.valid is None:
+            log.info("averaged steps %s into %s (no valid set to score it)", steps, path)
+            return False
+        trained = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        load_weights(self.model, path)
+        try:
+            extra = {"averaged_steps": steps}
+            metrics, best = self._score(state, split="valid_average", extra=extra)
+        finally:
+            self.model.load_state_dict(trained)
+        log.info(
+            "average of steps %d-%d (%d checkpoints): valid loss %.3f%s%s",
+            steps[0],
+            steps[-1],
+            n,
+            metrics["loss"],
+            _bleu(metrics),
+            ": the new best checkpoint" if best else " (not better than the best; not used)",
+        )
+        return best
+
+    def _score(
+        self, state: TrainState, *, split: str, extra: dict[str, Any]
+    ) -> tuple[dict[str, float], bool]:
+        """Score the model's weights now; if they beat the best, make them the best checkpoint
+        (its metadata: the scores and `extra`). Log the scores as a `split` record."""
+        metrics = self._metrics()
+        improved = _beats_best(state, metrics)
+        if improved:
+            state.best_loss, state.best_bleu = metrics["loss"], metrics.get("bleu")
+            save_best(self.run_dir, state.step, self.model, {**metrics, **extra})
+        self.metrics.write(state.step, {"split": split, **extra, **metrics})
+        return metrics, improved
+
+    def _metrics(self) -> dict[str, float]:
+        """Loss, NLL, perplexity and (greedy, on the first sentences) BLEU of the model now."""
+        tc, valid = self.tc, self.data.valid
+        metrics = validation_loss(
+            self.model,
+            valid,
+            tc=tc,
+            device=self.device,
+            autocast=self.autocast,
+            ids=self.data.tokenizer.ids,
+        )
+        n = min(tc.valid_bleu_sentences, len(valid))
+        if n:
+            rows = valid.select(range(n))
+            hyps = self.translate(rows["src"])
+            metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [rows["tgt"]]).score
+        return metrics
+
+
+def _beats_best(state: TrainState, metrics: dict[str, float]) -> bool:
+    if "bleu" in metrics:
+        return state.best_bleu is None or metrics["bleu"] > state.best_bleu
+    return state.best_loss is None or metrics["loss"] < state.best_loss
+
+
+def _bleu(metrics: dict[str, float]) -> str:
+    return f", BLEU {metrics['bleu']:.2f}" if "bleu" in metrics else ""
+
+
+@torch.inference_mode()
+def validation_loss(
+    model, valid: datasets.Dataset, *, tc, device, autocast, ids: SpecialIds = DEFAULT_IDS
+) -> dict[str, float]:
+    """Per-token label-smoothed loss, NLL and perplexity over a tokenized split."""
+    was_training = model.training
+    model.eval()
+    loss = nll = 0.0
+    tokens = 0
+    token_ds = valid.select_columns(["src_ids", "tgt_ids"])
+    batches = token_budget_batches(*lengths(valid), tc.max_tokens)
+    for batch in iterate(token_ds, batches, ids=ids):
+        tokens += batch.ntokens
+        batch = batch.to(device)
+        with autocast():
+            logits = model(batch.src, batch.tgt_in, batch.src_mask, None)  # causal: exact
+        loss += label_smoothed_loss(logits, batch.tgt_out, tc.label_smoothing, ids.pad).item()
+        nll += label_smoothed_loss(logits, batch.tgt_out, 0.0, ids.pad).item()
+    model.train(was_training)
+    nll_per_token = nll / max(tokens, 1)
+    return {
+        "loss": loss / max(tokens, 1),
+        "nll": nll_per_token,
+        "ppl": math.exp(min(nll_per_token, 50.0)),
+    }
