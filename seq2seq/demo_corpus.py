@@ -614,15 +614,17 @@ def _sample_counting(rng: random.Random) -> Pair:
     verb = rng.choice(list(VERBS))
     nouns = [n for n, e in NOUNS.items() if e.tradable or verb not in _TRADE_VERBS]
     noun = rng.choice(nouns)
+    n = _count(rng)  # drawn before the size and colour: the corpus a seed gives stays the same
     size, colour = _optional(rng, _SIZES), _optional(rng, _COLOURS)
-    return counting_pair(subject, verb, _count(rng), noun, size=size, colour=colour)
+    return counting_pair(subject, verb, n, noun, size=size, colour=colour)
 
 
 def _sample_there_is(rng: random.Random) -> Pair:
     noun = rng.choice(list(NOUNS))
     place = rng.choice(list(PLACES))
+    n = _count(rng)
     size, colour = _optional(rng, _SIZES), _optional(rng, _COLOURS)
-    return there_is_pair(_count(rng), noun, place, size=size, colour=colour)
+    return there_is_pair(n, noun, place, size=size, colour=colour)
 
 
 def _sample_birth(rng: random.Random) -> Pair:

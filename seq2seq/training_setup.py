@@ -93,6 +93,7 @@ def open_run(
         torch.manual_seed(tc.seed)
         # Other ranks load what rank 0 has just trained and cached.
         data = prepare_data(cfg, reuse_tokenizer or not info.is_main, may_train=info.is_main)
+    latest = agree_on_resume(latest, info)
     return RunStart(
         cfg=cfg,
         info=info,
@@ -104,6 +105,26 @@ def open_run(
         reset_dataloader=reset_dataloader,
         init=init,
     )
+
+
+def agree_on_resume(latest: Checkpoint | None, info: distributed.Dist) -> Checkpoint | None:
+    """The checkpoint every rank resumes from: each rank's own listing must name rank 0's.
+
+    Each rank lists the run directory itself; on a shared filesystem a node whose listing lags
+    (after an elastic restart, say) finds an older step, and DDP would then average gradients of
+    ranks at different steps, epochs and optimizer states without a word. Every rank sees every
+    rank's choice, so all stop together, with the same message, rather than hang."""
+    steps = distributed.gather(None if latest is None else latest.step, info)
+    if len(set(steps)) > 1:
+        found = ", ".join(
+            f"rank {r}: {'none' if s is None else f'step {s}'}" for r, s in enumerate(steps)
+        )
+        raise UserError(
+            f"the ranks found different checkpoints to resume from ({found}); rank 0's is step "
+            f"{steps[0]}. The run directory must be one shared directory that every node sees "
+            "the same (a lagging network filesystem?); restart when it does"
+        )
+    return latest
 
 
 def set_up(run: RunStart, model: torch.nn.Module) -> Training:

@@ -14,6 +14,8 @@ import torch
 from safetensors.torch import load_file
 
 from seq2seq.batching import update_groups
+from seq2seq.distributed import Dist
+from seq2seq.errors import UserError
 
 from .conftest import write_parallel
 
@@ -120,3 +122,20 @@ def test_two_processes_share_weights_and_match_one_process_on_both_batches(tmp_p
     steps = [r["step"] for r in records if r.get("split") != "data"]
     assert steps == [1, 2, 3]
     assert "2 processes" in proc.stderr
+
+
+def test_ranks_that_found_different_checkpoints_stop_with_one_clear_error(monkeypatch, tmp_path):
+    # A lagging listing on one node gave that rank an older step; DDP hid it.
+    from seq2seq import distributed
+    from seq2seq.checkpoint import Checkpoint
+    from seq2seq.training_setup import agree_on_resume
+
+    mine = Checkpoint(400, tmp_path / "step_400.safetensors", tmp_path / "step_400.state.pt")
+    monkeypatch.setattr(distributed, "gather", lambda value, info: [500, value])
+    with pytest.raises(UserError, match=r"rank 0: step 500, rank 1: step 400"):
+        agree_on_resume(mine, Dist(rank=1, world_size=2))
+    monkeypatch.setattr(distributed, "gather", lambda value, info: [400, value])
+    assert agree_on_resume(mine, Dist(rank=1, world_size=2)) is mine
+    monkeypatch.setattr(distributed, "gather", lambda value, info: [None, value])
+    with pytest.raises(UserError, match=r"rank 0: none, rank 1: step 400"):
+        agree_on_resume(mine, Dist(rank=1, world_size=2))
