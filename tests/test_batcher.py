@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from seq2seq.batcher import Batcher, BatchLimits, DecodeOptions, QueueFull, Stopped
+from seq2seq.serve.batcher import Batcher, BatchLimits, DecodeOptions, QueueFull, Stopped
 
 GREEDY = DecodeOptions(beam_size=1, nbest=1, length_penalty=0.6)
 BEAM = DecodeOptions(beam_size=4, nbest=2, length_penalty=0.6)

@@ -20,18 +20,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from .. import __version__
+from ..config import load_run_config, with_changes
+from ..errors import UserError
+from ..translator import Translator
 from .batcher import Batcher, BatchLimits, DecodeOptions, Hypotheses, QueueFull, Stopped
-from .config import load_run_config, with_changes
-from .errors import UserError
-from .serve_request import (
+from .schema import (
     RequestError,
     RequestLimits,
     TranslateBody,
     TranslateRequest,
     parse_translate_request,
 )
-from .translator import Translator
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def translator_decode(translator: Translator):
 
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
-    from .info import run_summary
+    from ..info import run_summary
 
     run_cfg = load_run_config(run_dir)
     summary = run_summary(run_dir)
@@ -113,7 +113,7 @@ def create_app(
     from starlette.exceptions import HTTPException
     from starlette.requests import ClientDisconnect
 
-    from .serve_metrics import CONTENT_TYPE, ServerMetrics
+    from .metrics import CONTENT_TYPE, ServerMetrics
 
     state = state or _ServerState()
     metrics = ServerMetrics()
@@ -323,8 +323,8 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
-    from .runtime import set_threads
-    from .translator import load_translator
+    from ..runtime import set_threads
+    from ..translator import load_translator
 
     if cfg.request.max_lines > cfg.batch.max_queue_lines:
         raise UserError(
