@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..config import load_run_config, with_changes
+from ..config import DecodeConfig, load_run_config
 from ..errors import UserError
 from ..translator import Translator
-from .batcher import Batcher, BatchLimits, DecodeOptions, Hypotheses, QueueFull, Stopped
+from .batcher import Batcher, BatchLimits, Hypotheses, QueueFull, Stopped
 from .schema import (
     RequestError,
     RequestLimits,
@@ -52,11 +52,11 @@ class ServeConfig:
 def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
-    def decode(lines: list[str], options: DecodeOptions) -> list[Hypotheses]:
+    def decode(lines: list[str], options: DecodeConfig) -> list[Hypotheses]:
         # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
         # holds; only its decode settings change.
         t = copy.copy(translator)
-        t.decode = with_changes(translator.decode, asdict(options))
+        t.decode = options
         return t.translate_nbest(lines)
 
     return decode
@@ -117,8 +117,7 @@ def create_app(
 
     state = state or _ServerState()
     metrics = ServerMetrics()
-    d = translator.decode
-    defaults = DecodeOptions(d.beam_size, d.nbest, d.length_penalty)
+    defaults = translator.decode  # what a request does not choose, the run's settings decide
 
     @asynccontextmanager
     async def lifespan(app):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .batcher import DecodeOptions
+from ..config import DecodeConfig
 
 MAX_LENGTH_PENALTY = 5.0
 
@@ -57,7 +57,7 @@ class TranslateRequest:
 
     lines: list[str]
     single: bool
-    options: DecodeOptions
+    options: DecodeConfig
 
 
 def _field(loc: tuple) -> str:
@@ -93,7 +93,7 @@ def parse_json_body(body: bytes) -> object:
 
 
 def parse_translate_request(
-    body: bytes, limits: RequestLimits, defaults: DecodeOptions
+    body: bytes, limits: RequestLimits, defaults: DecodeConfig
 ) -> TranslateRequest:
     """Check a /translate body; raise RequestError naming the first field at fault."""
     if len(body) > limits.max_bytes:
@@ -136,7 +136,7 @@ def parse_translate_request(
     return TranslateRequest(lines, single, _options(req, limits, defaults))
 
 
-def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeOptions) -> DecodeOptions:
+def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeConfig) -> DecodeConfig:
     beam = defaults.beam_size if req.beam_size is None else req.beam_size
     if not 1 <= beam <= limits.max_beam_size:
         raise RequestError(
@@ -157,4 +157,7 @@ def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeOptions)
             "length_penalty",
             f"length_penalty must be from 0 to {MAX_LENGTH_PENALTY}, not {alpha}",
         )
-    return DecodeOptions(beam, nbest, float(alpha))
+    # Checked above as strictly as DecodeConfig's own validation, which model_copy skips.
+    return defaults.model_copy(
+        update={"beam_size": beam, "nbest": nbest, "length_penalty": float(alpha)}
+    )
