@@ -465,7 +465,15 @@ def serve(
     )
     decode = _decode_options(beam_size, None, length_penalty, batch_size, max_tokens)
     quiet = bool(_options(ctx).get("quiet"))
-    run_server(run, cfg, checkpoint, device, decode, threads, quiet)
+    run_server(
+        run,
+        cfg,
+        checkpoint=checkpoint,
+        device=device,
+        decode_overrides=decode,
+        threads=threads,
+        quiet=quiet,
+    )
 
 
 @app.command()

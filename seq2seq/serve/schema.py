@@ -1,14 +1,17 @@
-"""The body of `POST /translate`: parsed and checked, or one error naming the field at fault."""
+"""`POST /translate`: its body parsed and checked (or one error naming the field at fault), and
+its answer."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import DecodeConfig
+from .batcher import Hypotheses
 
 MAX_LENGTH_PENALTY = 5.0
 
@@ -161,3 +164,30 @@ def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeConfig) 
     return defaults.model_copy(
         update={"beam_size": beam, "nbest": nbest, "length_penalty": float(alpha)}
     )
+
+
+def _score(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def translate_answer(req: TranslateRequest, results: list[Hypotheses]) -> dict:
+    """The JSON answer: translation and score of a text, or of each of texts (n-best too)."""
+    # `{"translation", "score"}` for a text, `{"translations", "scores"}` for texts; with
+    # nbest > 1 also every hypothesis. A score that is not finite is null: JSON has no NaN.
+
+    def nbest(hyps: Hypotheses) -> list[dict]:
+        return [{"translation": t, "score": _score(s)} for t, s in hyps]
+
+    if req.single:
+        text, score = results[0][0]
+        out: dict[str, Any] = {"translation": text, "score": _score(score)}
+        if req.options.nbest > 1:
+            out["nbest"] = nbest(results[0])
+        return out
+    out = {
+        "translations": [hyps[0][0] for hyps in results],
+        "scores": [_score(hyps[0][1]) for hyps in results],
+    }
+    if req.options.nbest > 1:
+        out["nbest"] = [nbest(hyps) for hyps in results]
+    return out
