@@ -399,7 +399,7 @@ def translate(
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
       seq2seq translate --run runs/demo --nbest 4 < in.en | head
     """
-    from .translate import translate_files
+    from .streams import translate_files
     from .translator import load_translator
 
     # A closed pipe (`| head`) ends the process quietly, as it does any Unix filter.
@@ -472,10 +472,8 @@ def serve(
       curl -s localhost:8080/translate -d '{"text": "I have three cats."}'\n
       seq2seq serve --run runs/demo --host 0.0.0.0 --beam-size 1 --batch-window-ms 10
     """
-    from .batcher import BatchLimits
-    from .serve import ServeConfig
+    from .serve import BatchLimits, RequestLimits, ServeConfig
     from .serve import serve as run_server
-    from .serve_request import RequestLimits
 
     if no_batching:
         batch_window_ms, max_batch_requests = 0.0, 1
@@ -493,7 +491,15 @@ def serve(
         max_tokens=max_tokens,
     )
     quiet = bool(_options(ctx).get("quiet"))
-    run_server(run, cfg, checkpoint, device, decode, threads, quiet)
+    run_server(
+        run,
+        cfg,
+        checkpoint=checkpoint,
+        device=device,
+        decode=decode,
+        threads=threads,
+        quiet=quiet,
+    )
 
 
 @app.command()
@@ -626,7 +632,7 @@ def attention(
     Example:\n
       seq2seq attention --run runs/demo "I have three cats." --output cats.png
     """
-    from .attention import attention_of_translation, load_for_attention
+    from .attention_plot import attention_of_translation, load_for_attention
     from .plot import _pyplot, plot_attention
 
     _pyplot()  # fail before loading a model when matplotlib is missing

@@ -276,6 +276,9 @@ class TrainConfig(_Strict):
 class DecodeConfig(_Strict):
     """Decoding settings of `evaluate` and `translate` (validation during training is greedy)."""
 
+    # Frozen, so hashable: the server's batcher groups requests by the settings they decode with.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     beam_size: PositiveInt = Field(4, description="Beam width; 1 is greedy search (§6.1: 4).")
     length_penalty: Annotated[float, Field(ge=0.0)] = Field(
         0.6, description="α of the length penalty that scores are divided by (§6.1: 0.6)."

@@ -11,7 +11,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seq2seq.attention import cross_attention_weights
+from seq2seq.attention_plot import cross_attention_weights
 from seq2seq.batching import no_peek_mask, padding_mask
 from seq2seq.cli import app
 from seq2seq.errors import UserError

@@ -7,17 +7,18 @@ import time
 
 import pytest
 
-from seq2seq.batcher import Batcher, BatchLimits, DecodeOptions, QueueFull, Stopped
+from seq2seq.config import DecodeConfig
+from seq2seq.serve.batcher import Batcher, BatchLimits, QueueFull, Stopped
 
-GREEDY = DecodeOptions(beam_size=1, nbest=1, length_penalty=0.6)
-BEAM = DecodeOptions(beam_size=4, nbest=2, length_penalty=0.6)
+GREEDY = DecodeConfig(beam_size=1, nbest=1, length_penalty=0.6)
+BEAM = DecodeConfig(beam_size=4, nbest=2, length_penalty=0.6)
 
 
 class FakeDecoder:
     """Upper-cases lines; records every call; can be held to keep the worker busy."""
 
     def __init__(self):
-        self.calls: list[tuple[list[str], DecodeOptions]] = []
+        self.calls: list[tuple[list[str], DecodeConfig]] = []
         self.release = threading.Event()
         self.release.set()
         self.started = threading.Event()

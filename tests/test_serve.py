@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 
 from seq2seq.cli import app
 from seq2seq.config import with_changes
-from seq2seq.serve import listening_socket
+from seq2seq.serve.server import listening_socket
 from seq2seq.translator import load_translator
 from tests.conftest import train_from
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
 from seq2seq.model import build_model
+from seq2seq.streams import translate_stream
 from seq2seq.tokenizer import train_tokenizer
-from seq2seq.translate import translate_stream
 from seq2seq.translator import Translator
 
 # Characters that break line-oriented tools: every Unicode line separator Python's

@@ -35,8 +35,9 @@ def explicit_cross_attention(
 def cross_attention_weights(
     model: Transformer, src: torch.Tensor, tgt_in: torch.Tensor
 ) -> tuple[torch.Tensor, list[torch.Tensor]]:
-    """Logits of the full (teacher-forced) forward pass and each decoder layer's cross-attention
-    weights [B, H, T, S]; the same computation as `model.forward`, layer by layer."""
+    """Teacher-forced logits and each decoder layer's cross-attention weights [B, H, T, S]."""
+    # The same computation as `model.forward`, layer by layer, so the logits can be checked
+    # against it.
     src_mask, tgt_mask = padding_mask(src, model.pad_id), no_peek_mask(tgt_in, model.pad_id)
     memory = model.encode(src, src_mask)
     x = model.embed(model.tgt_embed, tgt_in)
@@ -64,8 +65,8 @@ def _capturing(attn, memory, src_mask, captured: list[torch.Tensor]):
 def attention_of_translation(
     model: Transformer, tokenizer, decode, sentence: str
 ) -> tuple[list[str], list[str], list[torch.Tensor]]:
-    """Greedy-translate one sentence; return source pieces, output pieces (EOS last) and the
-    cross-attention weights [H, output, source] of each decoder layer for that output."""
+    """Greedy-translate one sentence: source pieces, output pieces and per-layer weights."""
+    # Output pieces end with EOS; each layer's weights are [H, output, source] for that output.
     if not sentence.strip():
         raise UserError("the sentence to translate is empty")
     ids = tokenizer.encode_src([sentence.strip()])[0]

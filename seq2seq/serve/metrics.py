@@ -1,4 +1,5 @@
-"""The server's Prometheus metrics, in a registry of its own (no process-wide globals)."""
+"""The server's Prometheus metrics, in a registry of its own (no process-wide globals), and the
+middleware that counts answered requests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from .batcher import Batcher, BatchReport
 
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Request counts are labelled by path; any other path counts as "other", so that clients
+# probing random URLs cannot grow the label set without bound.
+KNOWN_PATHS = ("/translate", "/health", "/ready", "/metrics", "/info", "/docs", "/openapi.json")
 
 
 class ServerMetrics:
@@ -78,3 +82,27 @@ class ServerMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)
+
+
+class CountRequests:
+    """ASGI middleware counting answered requests by path and status."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500
+
+        async def send_status(message):
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            path = scope["path"] if scope["path"] in KNOWN_PATHS else "other"
+            self.metrics.requests.labels(path, str(status)).inc()

@@ -2,7 +2,7 @@
 
 Callers on any thread `submit` their lines and get a `concurrent.futures.Future`; one worker
 thread waits a short window after the first waiting request, takes requests in arrival order up
-to a token budget, groups them by decode options (one search call cannot mix beam sizes), hands
+to a token budget, groups them by decode settings (one search call cannot mix beam sizes), hands
 each group to the decode function in one call, and gives every caller exactly its own results
 back, in its order. Nothing here knows about HTTP or torch, so it is tested on its own.
 """
@@ -17,18 +17,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
+from ..config import DecodeConfig
+
 log = logging.getLogger(__name__)
 
 Hypotheses = list[tuple[str, float]]  # (text, score) pairs of one line, best first
-
-
-@dataclass(frozen=True)
-class DecodeOptions:
-    """What a request may choose about its search; requests decoded together share these."""
-
-    beam_size: int
-    nbest: int
-    length_penalty: float
 
 
 @dataclass(frozen=True)
@@ -49,7 +42,7 @@ class BatchReport:
     lines: int
     tokens: int
     seconds: float
-    options: DecodeOptions
+    options: DecodeConfig
 
 
 class QueueFull(Exception):
@@ -67,13 +60,13 @@ class Stopped(Exception):
 @dataclass
 class _Job:
     lines: list[str]
-    options: DecodeOptions
+    options: DecodeConfig  # requests decoded together share these
     tokens: int
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
 
 
-Decode = Callable[[list[str], DecodeOptions], list[Hypotheses]]
+Decode = Callable[[list[str], DecodeConfig], list[Hypotheses]]
 
 
 class Batcher:
@@ -114,7 +107,7 @@ class Batcher:
         """Whether a batch is being decoded right now."""
         return self._busy
 
-    def submit(self, lines: list[str], options: DecodeOptions, tokens: int) -> Future:
+    def submit(self, lines: list[str], options: DecodeConfig, tokens: int) -> Future:
         """Queue lines for decoding; the future's result is one hypothesis list per line."""
         if not lines:
             raise ValueError("nothing to translate")
@@ -195,7 +188,7 @@ class Batcher:
         return jobs
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:
-        groups: dict[DecodeOptions, list[_Job]] = {}
+        groups: dict[DecodeConfig, list[_Job]] = {}
         for job in jobs:
             groups.setdefault(job.options, []).append(job)
         for options, group in groups.items():

@@ -23,6 +23,7 @@ def translate_stream(
     translator: Translator,
     lines: Iterable[bytes],
     out: TextIO,
+    *,
     name: str = "stdin",
     chunk_lines: int = CHUNK_LINES,
     errors: str = "strict",
@@ -75,12 +76,17 @@ def translate_files(
         # Typed at a terminal, each line is answered at once; piped, lines go in batches.
         chunk = 1 if input is None and sys.stdin.isatty() else CHUNK_LINES
         if output is None:
-            return translate_stream(translator, source, sys.stdout, name, chunk, errors)
+            return translate_stream(
+                translator, source, sys.stdout, name=name, chunk_lines=chunk, errors=errors
+            )
         counted = []
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
-                counted.append(translate_stream(translator, source, out, name, chunk, errors))
+                n = translate_stream(
+                    translator, source, out, name=name, chunk_lines=chunk, errors=errors
+                )
+                counted.append(n)
 
         atomic_write(output, write)
         return counted[0]

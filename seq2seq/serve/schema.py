@@ -1,14 +1,17 @@
-"""The body of `POST /translate`: parsed and checked, or one error naming the field at fault."""
+"""`POST /translate`: its body parsed and checked (or one error naming the field at fault), and
+its answer."""
 
 from __future__ import annotations
 
 import json
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .batcher import DecodeOptions
+from ..config import DecodeConfig
+from .batcher import Hypotheses
 
 MAX_LENGTH_PENALTY = 5.0
 
@@ -57,7 +60,7 @@ class TranslateRequest:
 
     lines: list[str]
     single: bool
-    options: DecodeOptions
+    options: DecodeConfig
 
 
 def _field(loc: tuple) -> str:
@@ -93,7 +96,7 @@ def parse_json_body(body: bytes) -> object:
 
 
 def parse_translate_request(
-    body: bytes, limits: RequestLimits, defaults: DecodeOptions
+    body: bytes, limits: RequestLimits, defaults: DecodeConfig
 ) -> TranslateRequest:
     """Check a /translate body; raise RequestError naming the first field at fault."""
     if len(body) > limits.max_bytes:
@@ -136,7 +139,7 @@ def parse_translate_request(
     return TranslateRequest(lines, single, _options(req, limits, defaults))
 
 
-def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeOptions) -> DecodeOptions:
+def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeConfig) -> DecodeConfig:
     beam = defaults.beam_size if req.beam_size is None else req.beam_size
     if not 1 <= beam <= limits.max_beam_size:
         raise RequestError(
@@ -157,4 +160,34 @@ def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeOptions)
             "length_penalty",
             f"length_penalty must be from 0 to {MAX_LENGTH_PENALTY}, not {alpha}",
         )
-    return DecodeOptions(beam, nbest, float(alpha))
+    # Checked above as strictly as DecodeConfig's own validation, which model_copy skips.
+    return defaults.model_copy(
+        update={"beam_size": beam, "nbest": nbest, "length_penalty": float(alpha)}
+    )
+
+
+def _score(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def translate_answer(req: TranslateRequest, results: list[Hypotheses]) -> dict:
+    """The JSON answer: translation and score of a text, or of each of texts (n-best too)."""
+    # `{"translation", "score"}` for a text, `{"translations", "scores"}` for texts; with
+    # nbest > 1 also every hypothesis. A score that is not finite is null: JSON has no NaN.
+
+    def nbest(hyps: Hypotheses) -> list[dict]:
+        return [{"translation": t, "score": _score(s)} for t, s in hyps]
+
+    if req.single:
+        text, score = results[0][0]
+        out: dict[str, Any] = {"translation": text, "score": _score(score)}
+        if req.options.nbest > 1:
+            out["nbest"] = nbest(results[0])
+        return out
+    out = {
+        "translations": [hyps[0][0] for hyps in results],
+        "scores": [_score(hyps[0][1]) for hyps in results],
+    }
+    if req.options.nbest > 1:
+        out["nbest"] = [nbest(hyps) for hyps in results]
+    return out

@@ -1,0 +1,255 @@
+"""The ASGI app of `seq2seq serve`: its endpoints, and what they share.
+
+The app (FastAPI, run by uvicorn in `server`) parses and checks requests on the event loop and
+hands their lines to a `Batcher`, whose one worker thread decodes through the run's
+`Translator`, so /health and /metrics answer while a batch decodes.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at
+# run time, and `Request` is imported inside the functions that add them (fastapi is an
+# optional extra).
+
+import asyncio
+import copy
+import logging
+import math
+import time
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..config import DecodeConfig, load_run_config
+from ..translator import Translator
+from .batcher import Batcher, BatchLimits, Hypotheses, QueueFull, Stopped
+from .schema import (
+    RequestError,
+    RequestLimits,
+    TranslateBody,
+    parse_translate_request,
+    translate_answer,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Where to listen and how to batch and bound requests."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    batch: BatchLimits = field(default_factory=BatchLimits)
+    request: RequestLimits = field(default_factory=RequestLimits)
+
+
+def translator_decode(translator: Translator):
+    """The batcher's decode function: the run's Translator, with a request's search options."""
+
+    def decode(lines: list[str], options: DecodeConfig) -> list[Hypotheses]:
+        # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
+        # holds; only its decode settings change.
+        t = copy.copy(translator)
+        t.decode = options
+        return t.translate_nbest(lines)
+
+    return decode
+
+
+def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
+    """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
+    from ..info import run_summary
+
+    run_cfg = load_run_config(run_dir)
+    summary = run_summary(run_dir)
+    d = translator.decode
+    return {
+        "name": Path(run_dir).resolve().name,
+        "run_dir": str(Path(run_dir).resolve()),
+        "source_language": run_cfg.data.src_lang,
+        "target_language": run_cfg.data.tgt_lang,
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "steps_trained": summary["steps_trained"],
+        "best_bleu": summary["best_bleu"],
+        "model": summary["model"],
+        "parameters": summary["parameters"],
+        "tokenizer": summary["tokenizer"],
+        "device": str(translator.device),
+        "decode": {"beam_size": d.beam_size, "nbest": d.nbest, "length_penalty": d.length_penalty},
+        "limits": {
+            **asdict(cfg.request),
+            "batch_window_ms": cfg.batch.window_s * 1000,
+            "max_batch_tokens": cfg.batch.max_tokens,
+            "max_batch_requests": cfg.batch.max_requests,
+            "max_queue_lines": cfg.batch.max_queue_lines,
+        },
+        "version": __version__,
+    }
+
+
+class ServerState:
+    """What the endpoints share: the batcher once started, and whether shutdown has begun."""
+
+    def __init__(self) -> None:
+        self.batcher: Batcher | None = None
+        self.draining = False
+
+
+def create_app(
+    translator: Translator,
+    info: dict[str, Any],
+    cfg: ServeConfig,
+    state: ServerState | None = None,
+):
+    """The ASGI app: /translate, /health, /ready, /metrics, /info (and FastAPI's /docs)."""
+    from fastapi import FastAPI
+
+    from .metrics import CountRequests, ServerMetrics
+
+    state = state or ServerState()
+    metrics = ServerMetrics()
+    app = FastAPI(
+        title="seq2seq",
+        version=__version__,
+        description=f"Translation server for {info['name']} "
+        f"({info['source_language']}→{info['target_language']}).",
+        lifespan=_lifespan(translator, cfg.batch, state, metrics),
+    )
+    app.add_middleware(CountRequests, metrics=metrics)
+    _add_error_handler(app)
+    _add_status_routes(app, info, state, metrics)
+    _add_translate_route(app, translator, cfg.request, state, metrics)
+    return app
+
+
+def _lifespan(translator: Translator, limits: BatchLimits, state: ServerState, metrics):
+    """The batcher's life: started with the app, drained and stopped when uvicorn stops."""
+
+    @asynccontextmanager
+    async def lifespan(app):
+        batcher = Batcher(translator_decode(translator), limits, metrics.on_batch).start()
+        metrics.watch(batcher)
+        state.batcher = batcher
+        try:
+            yield
+        finally:
+            # uvicorn comes here after the requests in flight were answered; anything still
+            # queued is decoded before the worker ends.
+            state.draining = True
+            await asyncio.to_thread(batcher.stop)
+
+    return lifespan
+
+
+def _add_error_handler(app) -> None:
+    from fastapi import Request
+    from fastapi.responses import JSONResponse
+    from starlette.exceptions import HTTPException
+
+    # Every error answer has the same shape, FastAPI's own (404, 405) included.
+    @app.exception_handler(HTTPException)
+    async def _http_error(request: Request, exc: HTTPException):
+        return JSONResponse(
+            {"error": str(exc.detail), "field": None}, exc.status_code, headers=exc.headers
+        )
+
+
+def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -> None:
+    from fastapi.responses import JSONResponse, Response
+
+    from .metrics import CONTENT_TYPE
+
+    @app.get("/health")
+    async def health():
+        """Live: the process answers (even while a batch decodes)."""
+        return {"status": "ok"}
+
+    @app.get("/ready")
+    async def ready():
+        """Ready: the model is loaded and the server is not shutting down."""
+        if state.batcher is None or state.draining:
+            status = "draining" if state.draining else "loading"
+            return JSONResponse({"status": status}, 503)
+        return {"status": "ready"}
+
+    @app.get("/info")
+    async def get_info():
+        """The model: name, languages, checkpoint, shape, default decoding, limits."""
+        return info
+
+    @app.get("/metrics")
+    async def get_metrics():
+        """Prometheus text format."""
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+def _add_translate_route(
+    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics
+) -> None:
+    from fastapi import Request
+    from fastapi.responses import JSONResponse, Response
+    from starlette.requests import ClientDisconnect
+
+    defaults = translator.decode  # what a request does not choose, the run's settings decide
+    schema = TranslateBody.model_json_schema()
+
+    @app.post(
+        "/translate",
+        openapi_extra={
+            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}
+        },
+    )
+    async def translate(request: Request):
+        """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores."""
+        start = time.perf_counter()
+        try:
+            body = await _read_body(request, limits.max_bytes)
+            req = parse_translate_request(body, limits, defaults)
+        except RequestError as e:
+            return JSONResponse(e.as_json(), e.status)
+        except ClientDisconnect:
+            return Response(status_code=400)  # nobody is left to read it
+        batcher = state.batcher
+        if batcher is None:
+            return _unavailable("the model is not loaded yet", 1)
+        # One line at a time: SentencePiece starts a thread pool for every list it encodes.
+        tokens = sum(len(translator.tokenizer.src.encode(line)) + 1 for line in req.lines)
+        try:
+            future = batcher.submit(req.lines, req.options, tokens)
+        except QueueFull as e:
+            metrics.rejected.inc()
+            return _unavailable(f"{e}; retry later", e.retry_after_s)
+        except Stopped:
+            return _unavailable("the server is shutting down", 1)
+        try:
+            results = await asyncio.wrap_future(future)
+        except Exception as e:
+            log.error("translation failed: %s", e)
+            return JSONResponse({"error": f"translation failed: {e}", "field": None}, 500)
+        metrics.latency.observe(time.perf_counter() - start)
+        return translate_answer(req, results)
+
+
+def _unavailable(message: str, retry_after_s: float):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(
+        {"error": message, "field": None},
+        503,
+        headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))},
+    )
+
+
+async def _read_body(request, limit: int) -> bytes:
+    """The body, refused as soon as it is known to be over the limit."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise RequestError(413, "body", f"request body over {limit} bytes")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body", f"request body over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,125 @@
+"""The `seq2seq serve` process: a listening socket, the model loaded once, uvicorn until a stop
+signal, then a drain of the requests in flight."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from pathlib import Path
+
+from ..config import DecodeConfig
+from ..errors import UserError
+from .app import ServeConfig, ServerState, create_app, run_info
+
+log = logging.getLogger(__name__)
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A listening socket, or one clear error (port taken, unknown host)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise UserError(f"cannot listen on host {host!r}: {e.strerror}") from None
+    family, kind, proto, _, address = infos[0]
+    # proto must say TCP: asyncio sets TCP_NODELAY only on sockets that do, and without it
+    # Nagle's algorithm holds each response's body back for the client's delayed ACK (~40 ms).
+    sock = socket.socket(family, kind, proto or socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as e:
+        sock.close()
+        raise UserError(
+            f"cannot listen on {host}:{port}: {e.strerror} (another --port? 0 picks a free one)"
+        ) from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(
+    run_dir: Path,
+    cfg: ServeConfig,
+    *,
+    checkpoint: Path | None = None,
+    device: str = "auto",
+    decode: DecodeConfig | None = None,
+    threads: int | None = None,
+    quiet: bool = False,
+) -> None:
+    """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit)."""
+    try:
+        import uvicorn
+    except ImportError:
+        raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
+    from ..runtime import set_threads
+    from ..translator import load_translator
+
+    if cfg.request.max_lines > cfg.batch.max_queue_lines:
+        raise UserError(
+            f"--max-request-lines ({cfg.request.max_lines}) must not exceed --max-queue "
+            f"({cfg.batch.max_queue_lines})"
+        )
+    sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
+    set_threads(threads)
+    try:
+        translator, path = load_translator(run_dir, checkpoint, device, decode=decode)
+        info = run_info(run_dir, path, translator, cfg)
+    except BaseException:
+        sock.close()
+        raise
+    state = ServerState()
+    app = create_app(translator, info, cfg, state)
+    host, port = sock.getsockname()[:2]
+    if cfg.host not in LOOPBACK:
+        log.warning(
+            "listening on %s: other machines can reach this server, which has no "
+            "authentication; put it behind a proxy you trust",
+            cfg.host,
+        )
+    log.info(
+        "serving %s (%s→%s, %s) on http://%s:%d (API docs at /docs)",
+        info["name"],
+        info["source_language"],
+        info["target_language"],
+        path.name,
+        f"[{host}]" if ":" in host else host,
+        port,
+    )
+    config = uvicorn.Config(
+        app,
+        log_level="warning" if quiet else "info",
+        access_log=False,  # one log line per request costs the decoder CPU under load
+        lifespan="on",
+    )
+    server = _uvicorn_server(config, state)
+    # uvicorn re-raises the signal that stopped it once it has drained; SIGTERM's default
+    # action would then kill the process, so a handled SIGTERM ends it with status 0 instead.
+    previous = signal.signal(signal.SIGTERM, _drained)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+    if not server.started:
+        raise UserError("the server did not start (see the messages above)")
+    log.info("stopped")
+
+
+def _drained(signum, frame) -> None:
+    """SIGTERM after uvicorn has finished the requests in flight: nothing left to do."""
+
+
+def _uvicorn_server(config, state: ServerState):
+    """uvicorn's Server, marking the app as draining as soon as a stop signal arrives."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame):
+            state.draining = True
+            super().handle_exit(sig, frame)
+
+    return Server(config)
