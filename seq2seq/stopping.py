@@ -51,6 +51,11 @@ class StopRequests:
             for signum, old in previous.items():
                 signal.signal(signum, old)
 
+    @property
+    def deadline(self) -> float:
+        """The time.monotonic() at which the time budget ends (inf: none)."""
+        return self._deadline
+
     def local(self) -> bool:
         """Whether this process has a reason to stop."""
         return self.signal is not None or time.monotonic() > self._deadline

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from . import distributed, elastic
 from .batching import Batch, epoch_batches, loader, update_groups
@@ -27,6 +25,7 @@ from .data import lengths
 from .errors import UserError
 from .model import build_model
 from .nonfinite import NonFinite
+from .progress import TrainingBar
 from .rundir import InitFrom
 from .runtime import resolve_device
 from .stopping import StopRequests
@@ -148,15 +147,11 @@ class _Loop:
 
     def _run(self, progress: bool) -> None:
         st, tc = self.state, self.tc
-        bar = tqdm(
-            total=tc.max_steps,
-            initial=st.step,
-            desc="train",
-            unit="step",
-            dynamic_ncols=True,
-            mininterval=1.0 if sys.stderr.isatty() else 30.0,
-            file=sys.stderr,
-            disable=not progress,
+        bar = TrainingBar(
+            max_steps=tc.max_steps,
+            start_step=st.step,
+            deadline=self.stopping.deadline,
+            enabled=progress,
         )
         self.model.train()
         stop = st.step >= tc.max_steps
@@ -170,7 +165,7 @@ class _Loop:
                 stop = self._update(*update)
                 if st.step == step:
                     continue  # skipped: no new step to log, validate or save
-                bar.update(1)
+                bar.advance(st.step)
                 if st.step % tc.log_every == 0:
                     bar.set_postfix_str(self._log_train())
                 if st.step % tc.eval_every == 0 and self._validate():
