@@ -255,7 +255,11 @@ def main() -> None:
             run, report, args.out / "eval" / f"project-{ckpt.step}", env, ckpt.weights
         )
         curves["seq2seq"].append((minute, r["bleu"]))
-        print(f"  seq2seq step {ckpt.step} ({minute:.1f} min): BLEU {r['bleu']}", flush=True)
+        print(
+            f"  seq2seq step {ckpt.step} ({minute:.1f} min, {ckpt.step / max(minute, 1e-9):.0f} "
+            f"steps/min): BLEU {r['bleu']}",
+            flush=True,
+        )
     for snap in peer["snapshots"]:
         if snap["step"] >= peer["steps"]:
             continue  # the final model, decoded above
@@ -283,14 +287,16 @@ def main() -> None:
     }
     (args.out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     rows = [
-        "| system | steps | target tokens seen | train min | report-set BLEU | report-set chrF "
-        "| length ratio |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        # Steps per minute beside BLEU: a slower machine shows fewer steps, not a worse recipe.
+        "| system | steps | steps/min | target tokens seen | train min | report-set BLEU "
+        "| report-set chrF | length ratio |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for name, r in (("seq2seq", ours), ("hf-marian (peer)", peer)):
         f = r["final"]
         rows.append(
-            f"| {name} | {r['steps']:,} | {r['tokens']:,} | {r['train_minutes']:.1f} | "
+            f"| {name} | {r['steps']:,} | {r['steps'] / r['train_minutes']:.1f} | "
+            f"{r['tokens']:,} | {r['train_minutes']:.1f} | "
             f"{f['bleu']:.2f} | {f['chrf']:.2f} | {f['length_ratio']:.3f} |"
         )
     delta = ours["final"]["bleu"] - peer["final"]["bleu"]
