@@ -48,7 +48,7 @@ BEAMS = (1, 4)
 BATCH = 32
 
 
-def translate_as_peers_do(translator, src: list[str]) -> list[str]:
+def translate_as_peers_do(translator, src: list[str], batch_size: int = BATCH) -> list[str]:
     """The peers' batches (longest first, BATCH at a time) and their cap: 1.5·longest + 10.
 
     The project's own cap is per sentence (`decode.max_len_a·len + max_len_b`), which stops a
@@ -59,8 +59,8 @@ def translate_as_peers_do(translator, src: list[str]) -> list[str]:
     order = sorted(range(len(src)), key=lambda i: -lengths[i])
     hyps = [""] * len(src)
     base = translator.decode
-    for at in range(0, len(order), BATCH):
-        batch = order[at : at + BATCH]
+    for at in range(0, len(order), batch_size):
+        batch = order[at : at + batch_size]
         # Theirs counts generated tokens, ours tokens + EOS (forced at the cap): one more step.
         cap = int(1.5 * lengths[batch[0]] + 10) + 1
         translator.decode = base.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
@@ -94,6 +94,9 @@ def decode_exported_ct2(
     device: str = "cpu",
     compute_type: str = "default",
     export: bool = True,
+    beams: tuple[int, ...] = BEAMS,
+    batch_size: int = BATCH,
+    name: str | None = None,
 ) -> dict | None:
     """`seq2seq export --format ctranslate2` of the project's run (into OUT/seq2seq-ct2, or the
     export already there with `export=False`), decoded as the peers do."""
@@ -119,7 +122,7 @@ def decode_exported_ct2(
         intra_threads=threads,
     )
     results = {}
-    for beam in BEAMS:
+    for beam in beams:
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
@@ -127,8 +130,8 @@ def decode_exported_ct2(
             lengths = [len(x) + 1 for x in pieces]  # + the EOS CTranslate2 appends
             order = sorted(range(len(src)), key=lambda i: -lengths[i])
             hyps = [""] * len(src)
-            for at in range(0, len(order), BATCH):
-                batch = order[at : at + BATCH]
+            for at in range(0, len(order), batch_size):
+                batch = order[at : at + batch_size]
                 found = model.translate_batch(
                     [pieces[i] for i in batch],
                     beam_size=beam,
@@ -140,7 +143,10 @@ def decode_exported_ct2(
                 for i, r in zip(batch, found):
                     hyps[i] = tok.tgt.decode_pieces(r.hypotheses[0])
             times.append(time.perf_counter() - start)
-        results["greedy" if beam == 1 else f"beam{beam}"] = speed(hyps, refs, times, tok)
+        mode = "greedy" if beam == 1 else f"beam{beam}"
+        if name is not None:
+            (out / f"{name}.{mode}.txt").write_text("".join(h + "\n" for h in hyps), "utf-8")
+        results[mode] = speed(hyps, refs, times, tok)
     return results
 
 
@@ -161,9 +167,12 @@ def decode_project(
     name: str = "seq2seq",
     length_penalty: float | None = None,
     device: str = "cpu",
+    quantize: str = "none",
+    beams: tuple[int, ...] = BEAMS,
+    batch: int = BATCH,
 ) -> dict:
     """Greedy and beam-4 decoding of `src` by the project, timed in this process (on a GPU in
-    its default precision, bf16 autocast)."""
+    its default precision, bf16 autocast; `quantize="int8"`: int8 on CPU)."""
     import torch
 
     torch.set_num_threads(threads)
@@ -175,9 +184,9 @@ def decode_project(
             torch.cuda.synchronize()
 
     results = {}
-    for beam in BEAMS:
-        decode = {"beam_size": beam, "batch_size": BATCH, "max_len_a": 1.5, "max_len_b": 10}
-        decode["length_penalty"] = length_penalty
+    for beam in beams:
+        decode = {"beam_size": beam, "batch_size": batch, "max_len_a": 1.5, "max_len_b": 10}
+        decode["length_penalty"], decode["quantize"] = length_penalty, quantize
         # HF's and CTranslate2's normalisation and whole lines, so that all run the same search.
         decode["length_norm"] = "length"
         decode["split_sentences"] = False
@@ -188,7 +197,7 @@ def decode_project(
         for _ in range(repeats):
             wait()
             start = time.perf_counter()
-            hyps = translate_as_peers_do(translator, src)
+            hyps = translate_as_peers_do(translator, src, batch)
             wait()
             times.append(time.perf_counter() - start)
         mode = "greedy" if beam == 1 else f"beam{beam}"
@@ -309,7 +318,24 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--limit", type=int, default=0, help="decode only the first N valid lines")
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-translate"))
+    p.add_argument(
+        "--int8",
+        action="store_true",
+        help="add int8 rows: seq2seq --quantize int8 and CTranslate2 int8 on the project's "
+        "export, with outputs identical to float32 and loaded memory (scripts/bench_int8.py)",
+    )
+    p.add_argument(
+        "--batch-sizes",
+        help="e.g. 1,8,32,64: only time seq2seq and CTranslate2, float32 and int8, at each "
+        "batch size on --project-run; writes benchmarks/int8_batch_sizes.png and .json",
+    )
     args = p.parse_args()
+    if args.batch_sizes or args.int8:
+        if args.project_run is None:
+            sys.exit("--int8 and --batch-sizes need --project-run R (a trained run)")
+        int8_main(args)
+        if args.batch_sizes:
+            return
     require_peers()
     args.out.mkdir(parents=True, exist_ok=True)
     env = bench_env(args.threads)
@@ -455,6 +481,18 @@ def main() -> None:
     systems["ratios"] = ratios
     systems["greedy_agreement_imported"] = imported_agreement
     (args.out / "bench_translate.json").write_text(json.dumps(systems, indent=2))
+
+
+def int8_main(args) -> None:
+    """The int8 rows (--int8) and the batch-size sweep (--batch-sizes), on --project-run."""
+    from bench_int8 import main as bench_int8
+
+    argv = ["--run", str(args.project_run), "--data", str(args.data), "--threads"]
+    argv += [str(args.threads), "--repeats", str(args.repeats), "--limit", str(args.limit)]
+    argv += ["--out", str(args.out / "int8")]
+    if args.batch_sizes:
+        argv += ["--batch-sizes", args.batch_sizes]
+    bench_int8(argv)
 
 
 if __name__ == "__main__":

@@ -246,6 +246,13 @@ SplitSentences = Annotated[
 Checkpoint = Annotated[
     Path | None, typer.Option(help="Weights to use (default: best, else latest).")
 ]
+Quantize = Annotated[
+    str | None,
+    typer.Option(
+        help="none or int8: int8 weights and dynamic int8 activations in every linear layer, "
+        "on CPU (default: the run's decode.quantize, none).",
+    ),
+]
 
 
 @app.command()
@@ -268,6 +275,7 @@ def evaluate(
     max_tokens: MaxTokens = None,
     split_sentences: SplitSentences = None,
     device: Device = "auto",
+    quantize: Quantize = None,
     output_dir: Annotated[
         Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
     ] = None,
@@ -305,6 +313,7 @@ def evaluate(
         batch_size=batch_size,
         max_tokens=max_tokens,
         split_sentences=split_sentences,
+        quantize=quantize,
     )
     report = run_evaluation(
         run,
@@ -384,6 +393,7 @@ def translate(
     max_tokens: MaxTokens = None,
     split_sentences: SplitSentences = None,
     device: Device = "auto",
+    quantize: Quantize = None,
     errors: Annotated[
         str,
         typer.Option(
@@ -414,6 +424,7 @@ def translate(
         batch_size=batch_size,
         max_tokens=max_tokens,
         split_sentences=split_sentences,
+        quantize=quantize,
     )
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
     translate_files(translator, input, output, errors)
@@ -435,6 +446,7 @@ def serve(
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
     device: Device = "auto",
+    quantize: Quantize = None,
     batch_window_ms: Annotated[
         float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
     ] = 5.0,
@@ -489,6 +501,7 @@ def serve(
         length_penalty=length_penalty,
         batch_size=batch_size,
         max_tokens=max_tokens,
+        quantize=quantize,
     )
     quiet = bool(_options(ctx).get("quiet"))
     run_server(
@@ -592,20 +605,28 @@ def export(
         str, typer.Option("--format", "-f", help="ctranslate2 or hf-marian.")
     ] = "ctranslate2",
     checkpoint: Checkpoint = None,
+    quantization: Annotated[
+        str | None,
+        typer.Option(help="ctranslate2: store the weights as int8 (or int16, float16, …)."),
+    ] = None,
 ) -> None:
     """Write a trained model for a fast inference runtime (CTranslate2), or as a Hugging Face
     MarianMTModel folder with its tokenizer (hf-marian).
 
     Examples:\n
       seq2seq export --run runs/demo --format ctranslate2 runs/demo-ct2\n
+      seq2seq export --run runs/demo --quantization int8 runs/demo-ct2-int8\n
       seq2seq export --run runs/demo --format hf-marian runs/demo-hf\n
       python -c "import ctranslate2; t = ctranslate2.Translator('runs/demo-ct2'); ..."
     """
+    if quantization is not None and format != "ctranslate2":
+        raise UserError("--quantization applies to --format ctranslate2 only")
     if format == "ctranslate2":
         from .export import export_ctranslate2
 
-        written = export_ctranslate2(run, out, checkpoint)
-        print(f"wrote {written} (CTranslate2; source pieces only: it adds </s> itself)")
+        written = export_ctranslate2(run, out, checkpoint, quantization=quantization)
+        weights = f"{quantization} weights; " if quantization else ""
+        print(f"wrote {written} (CTranslate2; {weights}source pieces only: it adds </s> itself)")
     elif format == "hf-marian":
         from .hf_marian import export_hf_marian
 

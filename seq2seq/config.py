@@ -303,6 +303,11 @@ class DecodeConfig(_Strict):
     max_tokens: PositiveInt | None = Field(
         None, description="Also cap a batch at this many source tokens (padding included)."
     )
+    quantize: Literal["none", "int8"] = Field(
+        "none",
+        description="`int8`: the linear layers (attention, FFN, output) run int8 weights with "
+        "dynamic int8 activations, on CPU only; embeddings stay float32.",
+    )
 
     @model_validator(mode="after")
     def _nbest_fits_beam(self) -> DecodeConfig:

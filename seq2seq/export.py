@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .config import load_run_config
+from .config import load_run_config, run_decode
 from .errors import UserError
 from .tokenizer import tokenizer_files
 from .translator import load_translator
@@ -97,18 +97,30 @@ def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], specia
     return spec
 
 
-def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
-    """Write the run's model (best, else latest, checkpoint) as a CTranslate2 model in `out`."""
+def export_ctranslate2(
+    run_dir: Path, out: Path, checkpoint: Path | None = None, *, quantization: str | None = None
+) -> Path:
+    """Write the run's model (best, else latest, checkpoint) as a CTranslate2 model in `out`,
+    its weights stored as `quantization` (int8, int16, float16, …; None: float32)."""
     try:
         from ctranslate2.converters.converter import Converter
+        from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
     except ImportError:
         raise UserError(
             "export to CTranslate2 needs ctranslate2: pip install 'seq2seq[export]'"
         ) from None
+    if quantization is not None and quantization not in ACCEPTED_MODEL_TYPES:
+        raise UserError(
+            f"unknown CTranslate2 quantization {quantization!r}; available: "
+            f"{', '.join(ACCEPTED_MODEL_TYPES)}"
+        )
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder; choose a new one")
-    translator, _ = load_translator(run_dir, checkpoint, "cpu")
+    # Float32 weights always (whatever the run's decode.quantize): CTranslate2 quantizes itself.
+    translator, _ = load_translator(
+        run_dir, checkpoint, "cpu", decode=run_decode(run_dir, quantize="none")
+    )
     tok = translator.tokenizer
     spec = transformer_spec(translator.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
 
@@ -116,7 +128,8 @@ def export_ctranslate2(run_dir: Path, out: Path, checkpoint: Path | None = None)
         def _load(self):
             return spec
 
-    _FromSpec().convert(str(out), force=True)
+    # CTranslate2 quantizes on save (int8: one scale per output row, embeddings included).
+    _FromSpec().convert(str(out), quantization=quantization, force=True)
     # CTranslate2 takes pieces, not text: the SentencePiece model(s) travel with the weights.
     cfg = load_run_config(run_dir)
     for model_file in tokenizer_files(run_dir, cfg.tokenizer):

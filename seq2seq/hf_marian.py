@@ -38,6 +38,7 @@ from .config import (
     ModelConfig,
     TokenizerConfig,
     load_run_config,
+    run_decode,
     save_config,
 )
 from .errors import UserError
@@ -587,7 +588,10 @@ def export_hf_marian(run_dir: Path, out: Path, checkpoint: Path | None = None) -
             "a MarianMTModel is post-norm: a pre-norm (model.norm_first) run has no "
             "Marian form; export it with --format ctranslate2"
         )
-    translator, _ = load_translator(run_dir, checkpoint, "cpu")
+    # Float32 weights always, whatever the run's decode.quantize.
+    translator, _ = load_translator(
+        run_dir, checkpoint, "cpu", decode=run_decode(run_dir, quantize="none")
+    )
     model, tokenizer = translator.model, translator.tokenizer
     config, generation = marian_config(model, tokenizer.ids, tokenizer.joint, translator.decode)
     tensors = marian_tensors(model)

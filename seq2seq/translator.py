@@ -9,9 +9,10 @@ from pathlib import Path
 import torch
 
 from .batching import pad
-from .config import DecodeConfig
+from .config import DecodeConfig, load_run_config
 from .errors import UserError
 from .model import Transformer
+from .quantize import int8_device, quantize_int8
 from .rundir import load_run
 from .runtime import autocast_dtype, resolve_device
 from .search import Hypothesis, SearchError, decode, length_penalty
@@ -151,10 +152,13 @@ def load_translator(
     decode: DecodeConfig | None = None,
 ) -> tuple[Translator, Path]:
     """A Translator for a run directory's best (else latest) or a given checkpoint, decoding
-    with `decode` (default: the run's own settings)."""
-    dev = resolve_device(device)
+    with `decode` (default: the run's own settings; `decode.quantize: int8` loads it int8)."""
+    decode = decode or load_run_config(run_dir).decode
+    int8 = decode.quantize == "int8"
+    dev = resolve_device(int8_device(device) if int8 else device)
     run = load_run(run_dir, checkpoint, dev)
-    decode = decode or run.config.decode
+    if int8:  # once, at load: decoding then runs the int8 model like any other
+        quantize_int8(run.model)
     amp = autocast_dtype(dev, "auto")
     translator = Translator(
         run.model, run.tokenizer, decode, dev, amp_dtype=amp, src_lang=run.config.data.src_lang

@@ -1,0 +1,208 @@
+"""int8 CPU decoding beside float32: seq2seq (`--quantize int8`) and CTranslate2 on the project's
+own export (`compute_type="int8"`), same run, same data, as bench_translate.py decodes.
+
+    python scripts/bench_int8.py --run R --data DIR                   # the int8 rows
+    python scripts/bench_int8.py --run R --data DIR --batch-sizes 1,8,32,64   # + PNG and JSON
+
+Rows: target tokens/s, sentences/s, BLEU, the share of outputs identical to the same system's
+float32 outputs, and the resident memory of the loaded model (RSS after loading minus before,
+each measured in a fresh process so that the float32 and int8 models never share one).
+`bench_translate.py --int8 --project-run R` runs the same rows after its own table;
+`--batch-sizes` there runs only the sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from bench_translate import BEAMS, agreement, decode_exported_ct2, decode_project
+from benchlib import REPO
+
+RSS_PROBE = """
+import sys, torch
+torch.set_num_threads(1)
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+kind, path, setting = sys.argv[1:4]
+import ctypes, warnings
+warnings.filterwarnings("ignore")
+# Imports outside the delta (torch.ao's too): only the model counts.
+import seq2seq.translator, torch.ao.quantization, torch.ao.nn.quantized.dynamic
+if kind == "ct2":
+    import ctranslate2
+before = rss()
+if kind == "seq2seq":
+    from seq2seq.config import run_decode
+    t = seq2seq.translator.load_translator(
+        path, device="cpu", decode=run_decode(path, quantize=setting)
+    )
+else:
+    t = ctranslate2.Translator(path, device="cpu", compute_type=setting, intra_threads=1)
+# The float32 weights an int8 load drops go back to the system, as they would in time.
+ctypes.CDLL("libc.so.6").malloc_trim(0)
+print(rss() - before)
+"""
+
+
+def loaded_rss(kind: str, path: Path, setting: str) -> int:
+    """Bytes of resident memory a loaded model adds, in a fresh process."""
+    proc = subprocess.run(
+        [sys.executable, "-c", RSS_PROBE, kind, str(path), setting],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        sys.exit(f"memory probe failed:\n{proc.stderr[-2000:]}")
+    return int(proc.stdout.split()[-1])
+
+
+def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repeats: int, out: Path):
+    """seq2seq and CTranslate2 rows, float32 and int8, with agreement and loaded memory."""
+    rows = {
+        "seq2seq float32": decode_project(run, src, refs, threads, repeats, out, "s2s-fp32"),
+        "seq2seq int8": decode_project(
+            run, src, refs, threads, repeats, out, "s2s-int8", quantize="int8"
+        ),
+    }
+    for compute, export in (("float32", True), ("int8", False)):
+        found = decode_exported_ct2(
+            run, src, refs, threads, repeats, out, compute_type=compute, export=export,
+            name=f"ct2-{compute}",
+        )  # fmt: skip
+        if found is not None:
+            rows[f"ctranslate2 {compute}, seq2seq export"] = found
+    ct2 = out / "seq2seq-ct2"
+    # name: (file prefix of its outputs, of its float32 twin's, memory probe)
+    systems = {
+        "seq2seq float32": ("s2s-fp32", "s2s-fp32", ("seq2seq", run, "none")),
+        "seq2seq int8": ("s2s-int8", "s2s-fp32", ("seq2seq", run, "int8")),
+        "ctranslate2 float32, seq2seq export": (
+            "ct2-float32",
+            "ct2-float32",
+            ("ct2", ct2, "float32"),
+        ),
+        "ctranslate2 int8, seq2seq export": ("ct2-int8", "ct2-float32", ("ct2", ct2, "int8")),
+    }
+    for name, modes in rows.items():
+        mine, fp32, probe = systems[name]
+        rss_mb = loaded_rss(*probe) / 2**20
+        for mode, r in modes.items():
+            r["identical_to_fp32"] = agreement(
+                out / f"{fp32}.{mode}.txt", out / f"{mine}.{mode}.txt"
+            )
+            r["rss_mb"] = rss_mb
+    return rows
+
+
+def print_rows(rows: dict) -> None:
+    """The int8 table: tok/s, sent/s, BLEU, identical to float32, loaded RSS."""
+    print(
+        f"{'system':<36} {'mode':<7} {'sent/s':>8} {'tok/s':>8} {'BLEU':>6} {'=fp32':>6} {'MB':>6}"
+    )
+    for name, modes in rows.items():
+        for mode, r in modes.items():
+            print(
+                f"{name:<36} {mode:<7} {r['sent_s']:>8.1f} {r['tok_s']:>8.0f} {r['bleu']:>6.2f} "
+                f"{r['identical_to_fp32']:>6.1%} {r['rss_mb']:>6.1f}"
+            )
+
+
+def batch_size_sweep(run: Path, src, refs, *, sizes: list[int], threads: int, repeats: int, out):
+    """tok/s of seq2seq and CTranslate2, float32 and int8, at each batch size (greedy, beam 4)."""
+    sweep: dict = {}
+    for size in sizes:
+        common = {"beams": BEAMS}
+        sweep[size] = {
+            "seq2seq float32": decode_project(
+                run, src, refs, threads, repeats, out, "sweep", batch=size, **common
+            ),
+            "seq2seq int8": decode_project(
+                run,
+                src,
+                refs,
+                threads,
+                repeats,
+                out,
+                "sweep",
+                quantize="int8",
+                batch=size,
+                **common,
+            ),
+        }
+        for compute in ("float32", "int8"):
+            found = decode_exported_ct2(
+                run, src, refs, threads, repeats, out, compute_type=compute,
+                export=not (out / "seq2seq-ct2" / "model.bin").is_file(), batch_size=size, **common,
+            )  # fmt: skip
+            if found is not None:
+                sweep[size][f"ctranslate2 {compute}"] = found
+    return sweep
+
+
+def plot_sweep(sweep: dict, path: Path) -> Path:
+    """Target tokens/s against batch size, one line per system, a panel per search."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(sweep)
+    modes = list(next(iter(next(iter(sweep.values())).values())))
+    fig, axes = plt.subplots(1, len(modes), figsize=(5 * len(modes), 4), squeeze=False)
+    for ax, mode in zip(axes[0], modes):
+        for system in sweep[sizes[0]]:
+            ax.plot(
+                sizes, [sweep[s][system][mode]["tok_s"] for s in sizes], marker="o", label=system
+            )
+        ax.set(xscale="log", xlabel="batch size (sentences)", ylabel="target tokens/s", title=mode)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.grid(alpha=0.3)
+    axes[0][0].legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--run", type=Path, required=True, help="a trained project run")
+    p.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "enfr")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--limit", type=int, default=0, help="decode only the first N valid lines")
+    p.add_argument("--batch-sizes", help="e.g. 1,8,32,64: also sweep batch sizes, PNG + JSON")
+    p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-int8"))
+    p.add_argument("--figure", type=Path, default=REPO / "benchmarks" / "int8_batch_sizes.png")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    src = (args.data / "valid.en").read_text(encoding="utf-8").splitlines()
+    refs = (args.data / "valid.fr").read_text(encoding="utf-8").splitlines()
+    if args.limit:
+        src, refs = src[: args.limit], refs[: args.limit]
+    common = {"threads": args.threads, "repeats": args.repeats, "out": args.out}
+    rows = int8_rows(args.run, src, refs, **common)
+    print(f"\n{len(src)} valid sentences, {args.threads} threads, median of {args.repeats}")
+    print_rows(rows)
+    result: dict = {"int8": rows}
+    if args.batch_sizes:
+        sizes = [int(x) for x in args.batch_sizes.split(",")]
+        result["batch_sizes"] = batch_size_sweep(args.run, src, refs, sizes=sizes, **common)
+        print(plot_sweep(result["batch_sizes"], args.figure))
+        json_path = args.figure.with_suffix(".json")
+        json_path.write_text(json.dumps(result["batch_sizes"], indent=2))
+        print(json_path)
+    (args.out / "bench_int8.json").write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
