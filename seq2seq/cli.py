@@ -503,7 +503,6 @@ def serve(
         max_tokens=max_tokens,
         quantize=quantize,
     )
-    quiet = bool(_options(ctx).get("quiet"))
     run_server(
         run,
         cfg,
@@ -511,7 +510,7 @@ def serve(
         device=device,
         decode=decode,
         threads=threads,
-        quiet=quiet,
+        quiet=bool(_options(ctx).get("quiet")),
     )
 
 
