@@ -182,6 +182,8 @@ BAD_INPUTS = [
     ("invalid UTF-8", b'{"text": "caf\xe9"}', 400, "body"),
     ("empty body", b"", 400, "body"),
     ("NaN", b'{"text": "a", "length_penalty": NaN}', 400, "body"),
+    ("deeply nested JSON", b"[" * 200_000, 400, "body"),
+    ("deeply nested JSON in a field", b'{"texts": ' + b"[" * 200_000, 400, "body"),
     ("not an object", b'["I have three cats."]', 422, "body"),
     ("missing text", b'{"beam_size": 2}', 422, "text"),
     ("empty text", b'{"text": ""}', 422, "text"),
