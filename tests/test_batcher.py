@@ -150,6 +150,27 @@ def test_a_decoder_error_reaches_its_callers_and_the_worker_goes_on():
     batcher.stop()
 
 
+def test_when_a_batch_fails_its_requests_are_retried_one_by_one_and_only_the_bad_one_fails():
+    calls = []
+
+    def flaky(lines, options):
+        calls.append(list(lines))
+        if "boom" in lines:
+            raise RuntimeError("the model's scores are not finite for input line(s) 2")
+        return [[(line.upper(), 0.0)] for line in lines]
+
+    batcher = Batcher(flaky, BatchLimits(window_s=0.05)).start()
+    good = batcher.submit(["a"], GREEDY, 1)
+    bad = batcher.submit(["boom"], GREEDY, 1)
+    other = batcher.submit(["b", "c"], GREEDY, 2)
+    assert good.result(5) == [[("A", 0.0)]]
+    assert other.result(5) == [[("B", 0.0)], [("C", 0.0)]]
+    with pytest.raises(RuntimeError, match="not finite"):
+        bad.result(5)
+    batcher.stop()
+    assert calls == [["a", "boom", "b", "c"], ["a"], ["boom"], ["b", "c"]]
+
+
 def test_stop_decodes_what_is_queued_then_refuses_more(decoder):
     decoder.release.clear()
     batcher = _batcher(decoder)

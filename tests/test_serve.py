@@ -182,6 +182,8 @@ BAD_INPUTS = [
     ("invalid UTF-8", b'{"text": "caf\xe9"}', 400, "body"),
     ("empty body", b"", 400, "body"),
     ("NaN", b'{"text": "a", "length_penalty": NaN}', 400, "body"),
+    ("deeply nested JSON", b"[" * 200_000, 400, "body"),
+    ("deeply nested JSON in a field", b'{"texts": ' + b"[" * 200_000, 400, "body"),
     ("not an object", b'["I have three cats."]', 422, "body"),
     ("missing text", b'{"beam_size": 2}', 422, "text"),
     ("empty text", b'{"text": ""}', 422, "text"),
@@ -218,6 +220,44 @@ def test_bad_input_is_a_4xx_naming_the_field_and_the_server_keeps_serving(
     assert error["field"] == field
     assert error["error"]
     assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monkeypatch):
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+
+    secret = "the model's scores are not finite for input line(s) 3, 7 of another client"
+
+    def failing(translator):
+        def decode(lines, options):
+            raise RuntimeError(secret)
+
+        return decode
+
+    monkeypatch.setattr(serve_app, "translator_decode", failing)
+    translator, path = load_translator(run_dir, device="cpu")
+    cfg = serve_app.ServeConfig()
+    info = serve_app.run_info(run_dir, path, translator, cfg)
+    logged: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: logged.append(record.getMessage())
+    serve_app.log.addHandler(handler)
+    try:
+        with TestClient(serve_app.create_app(translator, info, cfg)) as client:
+            answer = client.post("/translate", json={"text": TEXTS[0]})
+    finally:
+        serve_app.log.removeHandler(handler)
+    assert answer.status_code == 500
+    request_id = answer.headers["x-request-id"]
+    assert answer.json() == {
+        "error": f"translation failed (request {request_id}; see the server log)",
+        "field": None,
+    }
+    assert secret not in answer.text
+    assert any(request_id in line and secret in line for line in logged)
 
 
 def test_unknown_paths_and_methods_answer_json_errors(server):

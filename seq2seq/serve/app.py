@@ -14,6 +14,7 @@ import copy
 import logging
 import math
 import time
+import uuid
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -225,10 +226,23 @@ def _add_translate_route(
         try:
             results = await asyncio.wrap_future(future)
         except Exception as e:
-            log.error("translation failed: %s", e)
-            return JSONResponse({"error": f"translation failed: {e}", "field": None}, 500)
+            return _failed(e)
         metrics.latency.observe(time.perf_counter() - start)
         return translate_answer(req, results)
+
+
+def _failed(error: Exception):
+    """A 500 that tells the client nothing internal (a merged batch's message could name other
+    clients' lines): a fixed message and an id that finds the details in the server's log."""
+    from fastapi.responses import JSONResponse
+
+    request_id = uuid.uuid4().hex[:16]
+    log.error("translation failed (request %s): %s", request_id, error)
+    return JSONResponse(
+        {"error": f"translation failed (request {request_id}; see the server log)", "field": None},
+        500,
+        headers={"X-Request-ID": request_id},
+    )
 
 
 def _unavailable(message: str, retry_after_s: float):

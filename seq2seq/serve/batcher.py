@@ -192,26 +192,39 @@ class Batcher:
         for job in jobs:
             groups.setdefault(job.options, []).append(job)
         for options, group in groups.items():
-            lines = [line for job in group for line in job.lines]
-            start = time.perf_counter()
-            try:
-                results = self._decode(lines, options)
-                if len(results) != len(lines):
-                    raise RuntimeError(f"decoder gave {len(results)} results for {len(lines)}")
-            except Exception as e:  # every caller of the group hears of it; the worker goes on
-                log.exception("decoding a batch of %d lines failed", len(lines))
+            self._decode_group(options, group)
+
+    def _decode_group(self, options: DecodeConfig, group: list[_Job]) -> None:
+        """Decode the group in one call; should that fail, each request on its own, so that
+        one request's bad input (a NaN, an error) fails that request alone."""
+        lines = [line for job in group for line in job.lines]
+        start = time.perf_counter()
+        try:
+            results = self._decode(lines, options)
+            if len(results) != len(lines):
+                raise RuntimeError(f"decoder gave {len(results)} results for {len(lines)}")
+        except Exception as e:
+            if len(group) > 1:
+                log.warning(
+                    "decoding a batch of %d requests failed (%s); decoding them one by one",
+                    len(group),
+                    e,
+                )
                 for job in group:
-                    job.future.set_exception(e)
-                continue
-            seconds = time.perf_counter() - start
-            speed = len(lines) / max(seconds, 1e-9)
-            self._lines_per_s = (
-                speed if self._lines_per_s == 0 else 0.8 * self._lines_per_s + (0.2 * speed)
-            )
-            if self._on_batch is not None:  # before the answers, so metrics never lag them
-                tokens = sum(job.tokens for job in group)
-                self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))
-            at = 0
-            for job in group:
-                job.future.set_result(results[at : at + len(job.lines)])
-                at += len(job.lines)
+                    self._decode_group(options, [job])
+                return
+            log.exception("decoding a request of %d lines failed", len(lines))
+            group[0].future.set_exception(e)  # its caller hears of it; the worker goes on
+            return
+        seconds = time.perf_counter() - start
+        speed = len(lines) / max(seconds, 1e-9)
+        self._lines_per_s = (
+            speed if self._lines_per_s == 0 else 0.8 * self._lines_per_s + (0.2 * speed)
+        )
+        if self._on_batch is not None:  # before the answers, so metrics never lag them
+            tokens = sum(job.tokens for job in group)
+            self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))
+        at = 0
+        for job in group:
+            job.future.set_result(results[at : at + len(job.lines)])
+            at += len(job.lines)

@@ -91,6 +91,10 @@ def parse_json_body(body: bytes) -> object:
         raise RequestError(
             400, "body", f"malformed JSON: {e.msg} (line {e.lineno}, column {e.colno})"
         ) from None
+    except RecursionError:
+        raise RequestError(
+            400, "body", "malformed JSON: nested too deeply (arrays or objects within each other)"
+        ) from None
     except ValueError as e:
         raise RequestError(400, "body", f"malformed JSON: {e}") from None
 
