@@ -419,47 +419,61 @@ def translate(
     translate_files(translator, input, output, errors)
 
 
+# `seq2seq serve`'s own options.
+Host = Annotated[
+    str, typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth).")
+]
+Port = Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")]
+BatchWindowMs = Annotated[
+    float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
+]
+MaxBatchTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
+]
+MaxBatchRequests = Annotated[
+    int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
+]
+NoBatching = Annotated[
+    bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
+]
+MaxQueue = Annotated[
+    int, typer.Option(min=1, help="Lines waiting at most; beyond, 503 with Retry-After.")
+]
+MaxRequestLines = Annotated[int, typer.Option(min=1, help="Texts in one request.")]
+MaxRequestBytes = Annotated[int, typer.Option(min=1, help="Bytes of one request body.")]
+MaxBeamSize = Annotated[int, typer.Option(min=1, help="Largest beam_size a request may ask.")]
+RequestTimeout = Annotated[
+    float,
+    typer.Option(min=0.001, help="Seconds from a request's arrival to its answer; past it, 504."),
+]
+Threads = Annotated[
+    int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
+]
+
+
 @app.command()
 @_user_errors
 def serve(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
-    host: Annotated[
-        str,
-        typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth)."),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8080,
+    host: Host = "127.0.0.1",
+    port: Port = 8080,
     checkpoint: Checkpoint = None,
     beam_size: BeamSize = None,
     length_penalty: LengthPenalty = None,
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
     device: Device = "auto",
-    batch_window_ms: Annotated[
-        float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
-    ] = 5.0,
-    max_batch_tokens: Annotated[
-        int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
-    ] = 8192,
-    max_batch_requests: Annotated[
-        int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
-    ] = 256,
-    no_batching: Annotated[
-        bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
-    ] = False,
-    max_queue: Annotated[
-        int, typer.Option(min=1, help="Lines waiting at most; beyond, 503 with Retry-After.")
-    ] = 2048,
-    max_request_lines: Annotated[int, typer.Option(min=1, help="Texts in one request.")] = 256,
-    max_request_bytes: Annotated[
-        int, typer.Option(min=1, help="Bytes of one request body.")
-    ] = 1_000_000,
-    max_beam_size: Annotated[
-        int, typer.Option(min=1, help="Largest beam_size a request may ask.")
-    ] = 16,
-    threads: Annotated[
-        int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
-    ] = None,
+    batch_window_ms: BatchWindowMs = 5.0,
+    max_batch_tokens: MaxBatchTokens = 8192,
+    max_batch_requests: MaxBatchRequests = 256,
+    no_batching: NoBatching = False,
+    max_queue: MaxQueue = 2048,
+    max_request_lines: MaxRequestLines = 256,
+    max_request_bytes: MaxRequestBytes = 1_000_000,
+    max_beam_size: MaxBeamSize = 16,
+    request_timeout: RequestTimeout = 60.0,
+    threads: Threads = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
@@ -481,7 +495,12 @@ def serve(
         host=host,
         port=port,
         batch=BatchLimits(batch_window_ms / 1000, max_batch_tokens, max_batch_requests, max_queue),
-        request=RequestLimits(max_request_lines, max_request_bytes, max_beam_size),
+        request=RequestLimits(
+            max_lines=max_request_lines,
+            max_bytes=max_request_bytes,
+            max_beam_size=max_beam_size,
+            timeout_s=request_timeout,
+        ),
     )
     decode = _decode_settings(
         run,

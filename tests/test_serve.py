@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -102,6 +103,7 @@ def server(run_dir, tmp_path_factory):
         tmp_path_factory.mktemp("log") / "serve.log",
         *("--batch-window-ms", "20", "--max-request-lines", str(MAX_LINES)),
         *("--max-queue", str(MAX_QUEUE), "--threads", "1"),
+        *("--request-timeout", "45"),
     )
     yield s
     s.stop()
@@ -225,31 +227,22 @@ def test_bad_input_is_a_4xx_naming_the_field_and_the_server_keeps_serving(
 def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monkeypatch):
     import logging
 
-    from fastapi.testclient import TestClient
-
-    from seq2seq.serve import app as serve_app
+    from seq2seq.serve.app import log
 
     secret = "the model's scores are not finite for input line(s) 3, 7 of another client"
 
-    def failing(translator):
-        def decode(lines, options):
-            raise RuntimeError(secret)
+    def failing(lines, options):
+        raise RuntimeError(secret)
 
-        return decode
-
-    monkeypatch.setattr(serve_app, "translator_decode", failing)
-    translator, path = load_translator(run_dir, device="cpu")
-    cfg = serve_app.ServeConfig()
-    info = serve_app.run_info(run_dir, path, translator, cfg)
     logged: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: logged.append(record.getMessage())
-    serve_app.log.addHandler(handler)
+    log.addHandler(handler)
     try:
-        with TestClient(serve_app.create_app(translator, info, cfg)) as client:
+        with _in_process(run_dir, monkeypatch, failing) as client:
             answer = client.post("/translate", json={"text": TEXTS[0]})
     finally:
-        serve_app.log.removeHandler(handler)
+        log.removeHandler(handler)
     assert answer.status_code == 500
     request_id = answer.headers["x-request-id"]
     assert answer.json() == {
@@ -289,7 +282,7 @@ def test_health_answers_while_a_batch_decodes(server):
     assert health_s < 1.0
 
 
-def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, reference):
+def test_a_client_that_disconnects_is_not_decoded_and_the_batch_it_would_join_is(server, reference):
     host, port = httpx.URL(server.url).host, httpx.URL(server.url).port
     body = json.dumps({"text": TEXTS[1]}).encode()
     sentences_before = server.metric("seq2seq_sentences_total")
@@ -302,12 +295,57 @@ def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, re
                 head = f"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
                 s.sendall(head.encode() + b"content-type: application/json\r\n\r\n")
                 s.sendall(body[:5] if partial else body)
+        time.sleep(0.2)  # the server hears of both while the big request still decodes
         others = [pool.submit(server.translate, text=t) for t in TEXTS]
         assert [o.result().json()["translation"] for o in others] == reference(TEXTS)
         assert busy.result().status_code == 200
-    # The whole request that was left was still decoded with the rest; the server serves on.
-    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + 1 + len(TEXTS)
+    # Nobody waits for the whole request that was left: it was dropped from the queue, not
+    # decoded; the server serves on.
+    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + len(TEXTS)
     assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def _in_process(run_dir, monkeypatch, decode, **request_limits):
+    """The app in this process (FastAPI's TestClient), its decoder replaced by `decode`."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+    from seq2seq.serve.schema import RequestLimits
+
+    translator, path = load_translator(run_dir, device="cpu")
+    cfg = serve_app.ServeConfig(request=RequestLimits(**request_limits))
+    info = serve_app.run_info(run_dir, path, translator, cfg)
+    monkeypatch.setattr(serve_app, "translator_decode", lambda translator: decode)
+    return TestClient(serve_app.create_app(translator, info, cfg))
+
+
+def test_past_the_request_timeout_the_answer_is_504_and_a_queued_request_is_dropped(
+    run_dir, monkeypatch
+):
+    release, decoded = threading.Event(), []
+
+    def slow(lines, options):
+        decoded.append(len(lines))
+        assert release.wait(10)
+        return [[("x", 0.0)] for _ in lines]
+
+    app = _in_process(run_dir, monkeypatch, slow, timeout_s=0.5)
+    with app as client, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.post, "/translate", json={"text": TEXTS[0]})
+        while not decoded:
+            time.sleep(0.01)
+        queued = pool.submit(client.post, "/translate", json={"texts": TEXTS})
+        start = time.monotonic()
+        for answer in (first.result(10), queued.result(10)):
+            assert answer.status_code == 504
+            assert answer.json() == {
+                "error": "no translation within 0.5 s (the request timeout)",
+                "field": None,
+            }
+        assert time.monotonic() - start < 2
+        release.set()
+        assert client.post("/translate", json={"texts": TEXTS[:2]}).status_code == 200
+    assert decoded == [1, 2]  # the request that timed out in the queue was never decoded
 
 
 @settings(
@@ -331,6 +369,7 @@ def test_info_names_the_model_languages_and_checkpoint(server, run_dir):
     assert Path(info["checkpoint"]).is_file()
     assert info["decode"]["beam_size"] == 2
     assert info["limits"]["max_lines"] == MAX_LINES
+    assert info["limits"]["timeout_s"] == 45
 
 
 def test_metrics_are_prometheus_text_with_requests_sentences_tokens_batches_and_latency(server):

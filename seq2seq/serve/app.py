@@ -15,6 +15,7 @@ import logging
 import math
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -224,11 +225,49 @@ def _add_translate_route(
         except Stopped:
             return _unavailable("the server is shutting down", 1)
         try:
-            results = await asyncio.wrap_future(future)
+            results = await _outcome(request, future, start + limits.timeout_s)
+        except _ClientGone:
+            return Response(status_code=400)  # nobody is left to read it
+        except TimeoutError:
+            message = f"no translation within {limits.timeout_s:g} s (the request timeout)"
+            return JSONResponse({"error": message, "field": None}, 504)
         except Exception as e:
             return _failed(e)
         metrics.latency.observe(time.perf_counter() - start)
         return translate_answer(req, results)
+
+
+class _ClientGone(Exception):
+    """The client closed its connection before its answer."""
+
+
+async def _outcome(request, future: Future, deadline: float):
+    """The future's result, unless the client goes away (_ClientGone) or the deadline
+    (`time.perf_counter()`) passes first (TimeoutError). Then, or should this handler be
+    cancelled, a request still queued is cancelled, so the decoder skips it; one being decoded
+    finishes (a batch is never broken) and its answer is dropped."""
+    result = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {result, gone},
+            timeout=max(0.0, deadline - time.perf_counter()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        gone.cancel()
+        if not result.done():
+            future.cancel()
+            result.cancel()
+    if result in done:
+        return result.result()
+    raise _ClientGone() if gone in done else TimeoutError()
+
+
+async def _disconnected(request) -> None:
+    """Returns when the client has closed the connection (the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _failed(error: Exception):

@@ -35,6 +35,7 @@ class RequestLimits:
     max_lines: int = 256
     max_bytes: int = 1_000_000
     max_beam_size: int = 16
+    timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
 
 
 class TranslateBody(BaseModel):
