@@ -446,6 +446,10 @@ RequestTimeout = Annotated[
     float,
     typer.Option(min=0.001, help="Seconds from a request's arrival to its answer; past it, 504."),
 ]
+BodyTimeout = Annotated[
+    float,
+    typer.Option(min=0.001, help="Seconds to receive a request's body; past it, 408."),
+]
 Threads = Annotated[
     int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
 ]
@@ -473,6 +477,7 @@ def serve(
     max_request_bytes: MaxRequestBytes = 1_000_000,
     max_beam_size: MaxBeamSize = 16,
     request_timeout: RequestTimeout = 60.0,
+    body_timeout: BodyTimeout = 30.0,
     threads: Threads = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
@@ -500,6 +505,7 @@ def serve(
             max_bytes=max_request_bytes,
             max_beam_size=max_beam_size,
             timeout_s=request_timeout,
+            body_timeout_s=body_timeout,
         ),
     )
     decode = _decode_settings(

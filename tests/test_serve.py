@@ -434,6 +434,36 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
     s.stop()
 
 
+def _half_sent(url: str) -> socket.socket:
+    """A connection that sends a request's head and 5 of the 100 bytes of its body, then waits."""
+    s = socket.create_connection((httpx.URL(url).host, httpx.URL(url).port), timeout=10)
+    s.sendall(b"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n")
+    s.sendall(b'content-length: 100\r\n\r\n{"tex')
+    return s
+
+
+def test_a_body_that_stops_half_way_is_a_408_and_does_not_hold_a_shutdown(run_dir, tmp_path):
+    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1", "--body-timeout", "1")
+    try:
+        with _half_sent(s.url) as stalled:
+            start = time.monotonic()
+            head, _, body = stalled.recv(4096).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408")
+            assert time.monotonic() - start < 5
+            assert json.loads(body) == {
+                "error": "request body not received within 1 s",
+                "field": "body",
+            }
+        with _half_sent(s.url):
+            time.sleep(0.2)
+            start = time.monotonic()
+            s.process.send_signal(signal.SIGTERM)
+            assert s.process.wait(15) == 0
+            assert time.monotonic() - start < 5
+    finally:
+        s.stop()
+
+
 def test_a_taken_port_is_one_error_line(run_dir):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -206,7 +206,7 @@ def _add_translate_route(
         """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores."""
         start = time.perf_counter()
         try:
-            body = await _read_body(request, limits.max_bytes)
+            body = await _read_body(request, limits.max_bytes, limits.body_timeout_s)
             req = parse_translate_request(body, limits, defaults)
         except RequestError as e:
             return JSONResponse(e.as_json(), e.status)
@@ -294,15 +294,23 @@ def _unavailable(message: str, retry_after_s: float):
     )
 
 
-async def _read_body(request, limit: int) -> bytes:
-    """The body, refused as soon as it is known to be over the limit."""
+async def _read_body(request, limit: int, timeout_s: float) -> bytes:
+    """The body, refused as soon as it is known to be over the limit, or once it has taken
+    longer than `timeout_s` to arrive (a client that stops half-way must not hold the handler,
+    and with it a shutdown, forever)."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise RequestError(413, "body", f"request body over {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body", f"request body over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(413, "body", f"request body over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestError(
+            408, "body", f"request body not received within {timeout_s:g} s"
+        ) from None
     return b"".join(chunks)

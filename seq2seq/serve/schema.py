@@ -36,6 +36,7 @@ class RequestLimits:
     max_bytes: int = 1_000_000
     max_beam_size: int = 16
     timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
+    body_timeout_s: float = 30.0  # to receive the whole body; past it, 408
 
 
 class TranslateBody(BaseModel):

@@ -4,6 +4,7 @@ signal, then a drain of the requests in flight."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import socket
 from pathlib import Path
@@ -94,6 +95,9 @@ def serve(
         log_level="warning" if quiet else "info",
         access_log=False,  # one log line per request costs the decoder CPU under load
         lifespan="on",
+        # Every handler ends within the body and request timeouts (408, 504); this bounds a
+        # stop whatever else holds a connection.
+        timeout_graceful_shutdown=shutdown_timeout(cfg),
     )
     server = _uvicorn_server(config, state)
     # uvicorn re-raises the signal that stopped it once it has drained; SIGTERM's default
@@ -107,6 +111,11 @@ def serve(
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
     log.info("stopped")
+
+
+def shutdown_timeout(cfg: ServeConfig) -> int:
+    """Seconds a stop waits for the requests in flight before cancelling them."""
+    return math.ceil(cfg.request.body_timeout_s + cfg.request.timeout_s) + 5
 
 
 def _drained(signum, frame) -> None:
