@@ -437,10 +437,13 @@ NoBatching = Annotated[
     bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
 ]
 MaxQueue = Annotated[
-    int, typer.Option(min=1, help="Lines waiting at most; beyond, 503 with Retry-After.")
+    int, typer.Option(min=1, help="Sentences waiting at most; beyond, 503 with Retry-After.")
 ]
 MaxRequestLines = Annotated[int, typer.Option(min=1, help="Texts in one request.")]
 MaxRequestBytes = Annotated[int, typer.Option(min=1, help="Bytes of one request body.")]
+MaxRequestTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens of one request, its texts split into sentences.")
+]
 MaxBeamSize = Annotated[int, typer.Option(min=1, help="Largest beam_size a request may ask.")]
 RequestTimeout = Annotated[
     float,
@@ -475,6 +478,7 @@ def serve(
     max_queue: MaxQueue = 2048,
     max_request_lines: MaxRequestLines = 256,
     max_request_bytes: MaxRequestBytes = 1_000_000,
+    max_request_tokens: MaxRequestTokens = 16_384,
     max_beam_size: MaxBeamSize = 16,
     request_timeout: RequestTimeout = 60.0,
     body_timeout: BodyTimeout = 30.0,
@@ -504,6 +508,7 @@ def serve(
             max_lines=max_request_lines,
             max_bytes=max_request_bytes,
             max_beam_size=max_beam_size,
+            max_tokens=max_request_tokens,
             timeout_s=request_timeout,
             body_timeout_s=body_timeout,
         ),

@@ -123,6 +123,19 @@ def test_a_full_queue_refuses_with_a_retry_delay(decoder):
     batcher.stop()
 
 
+def test_the_queue_bound_counts_sentences_not_lines(decoder):
+    decoder.release.clear()
+    batcher = _batcher(decoder, max_queue_lines=4)
+    batcher.submit(["busy"], GREEDY, 1)
+    assert decoder.started.wait(5)
+    batcher.submit(["One. Two. Three."], GREEDY, 9, segments=3)
+    assert batcher.queued_lines == 3
+    with pytest.raises(QueueFull, match="3 sentences waiting"):
+        batcher.submit(["Four. Five."], GREEDY, 6, segments=2)
+    decoder.release.set()
+    batcher.stop()
+
+
 def test_a_cancelled_request_is_not_decoded_and_its_batch_still_is(decoder):
     decoder.release.clear()
     batcher = _batcher(decoder)

@@ -92,7 +92,9 @@ class Server:
             raise
 
 
-MAX_LINES, MAX_QUEUE = 64, 128
+# The queue counts sentences: the slow requests below send MAX_LINES texts of two sentences.
+MAX_LINES, MAX_QUEUE = 64, 256
+MAX_TOKENS = 8192  # source tokens of a request; MAX_LINES texts of LONG hold some 2,000
 
 
 @pytest.fixture(scope="module")
@@ -103,7 +105,7 @@ def server(run_dir, tmp_path_factory):
         tmp_path_factory.mktemp("log") / "serve.log",
         *("--batch-window-ms", "20", "--max-request-lines", str(MAX_LINES)),
         *("--max-queue", str(MAX_QUEUE), "--threads", "1"),
-        *("--request-timeout", "45"),
+        *("--request-timeout", "45", "--max-request-tokens", str(MAX_TOKENS)),
     )
     yield s
     s.stop()
@@ -305,18 +307,65 @@ def test_a_client_that_disconnects_is_not_decoded_and_the_batch_it_would_join_is
     assert server.translate(text=TEXTS[0]).status_code == 200
 
 
-def _in_process(run_dir, monkeypatch, decode, **request_limits):
+def _in_process(run_dir, monkeypatch, decode=None, *, translator=None, **request_limits):
     """The app in this process (FastAPI's TestClient), its decoder replaced by `decode`."""
     from fastapi.testclient import TestClient
 
     from seq2seq.serve import app as serve_app
     from seq2seq.serve.schema import RequestLimits
 
-    translator, path = load_translator(run_dir, device="cpu")
+    path = None
+    if translator is None:
+        translator, path = load_translator(run_dir, device="cpu")
     cfg = serve_app.ServeConfig(request=RequestLimits(**request_limits))
-    info = serve_app.run_info(run_dir, path, translator, cfg)
-    monkeypatch.setattr(serve_app, "translator_decode", lambda translator: decode)
+    info = serve_app.run_info(run_dir, path or run_dir, translator, cfg)
+    if decode is not None:
+        monkeypatch.setattr(serve_app, "translator_decode", lambda translator: decode)
     return TestClient(serve_app.create_app(translator, info, cfg))
+
+
+def test_a_text_of_many_sentences_is_held_to_the_token_limit_sentence_by_sentence(server):
+    # 960 kB, one text: it must not pass as one line of one sentence.
+    answer = server.translate(text="Go now. " * 120_000)
+    assert answer.status_code == 413
+    error = answer.json()
+    assert error["field"] == "text"
+    assert re.fullmatch(
+        rf"text has \d+ source tokens; at most {MAX_TOKENS} a request", error["error"]
+    )
+    assert int(error["error"].split()[2]) >= 240_000  # "Go now." and EOS, for every sentence
+    assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def test_requests_are_parsed_split_and_encoded_once_off_the_event_loop(run_dir, monkeypatch):
+    import asyncio
+
+    translator, _ = load_translator(run_dir, device="cpu")
+    tokenizer, encoded = translator.tokenizer, []
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def recording(encode):
+        def wrapper(texts, *args, **kwargs):
+            encoded.extend((t, on_loop()) for t in ([texts] if isinstance(texts, str) else texts))
+            return encode(texts, *args, **kwargs)
+
+        return wrapper
+
+    # Every encoding of source text goes through SentencePiece's encode.
+    monkeypatch.setattr(tokenizer.src, "encode", recording(tokenizer.src.encode))
+    with _in_process(run_dir, monkeypatch, translator=translator) as client:
+        answer = client.post("/translate", json={"texts": [LONG, TEXTS[2]]})
+    assert answer.status_code == 200
+    assert not any(loop for _, loop in encoded)  # never on the event loop
+    sentences = [t for t, _ in encoded if t in TEXTS]
+    assert sorted(set(sentences)) == sorted(TEXTS[:3])
+    assert len(sentences) == 3  # each sentence encoded once: not again by the decoder
 
 
 def test_past_the_request_timeout_the_answer_is_504_and_a_queued_request_is_dropped(
@@ -370,6 +419,7 @@ def test_info_names_the_model_languages_and_checkpoint(server, run_dir):
     assert info["decode"]["beam_size"] == 2
     assert info["limits"]["max_lines"] == MAX_LINES
     assert info["limits"]["timeout_s"] == 45
+    assert info["limits"]["max_tokens"] == MAX_TOKENS
 
 
 def test_metrics_are_prometheus_text_with_requests_sentences_tokens_batches_and_latency(server):

@@ -1,8 +1,9 @@
 """The ASGI app of `seq2seq serve`: its endpoints, and what they share.
 
-The app (FastAPI, run by uvicorn in `server`) parses and checks requests on the event loop and
-hands their lines to a `Batcher`, whose one worker thread decodes through the run's
-`Translator`, so /health and /metrics answer while a batch decodes.
+The app (FastAPI, run by uvicorn in `server`) parses, checks, splits and encodes each request
+on a worker thread (`Translator.prepare`) and hands the encoded lines to a `Batcher`, whose one
+worker thread decodes them through the run's `Translator`; the event loop only reads bodies and
+answers, so /health and /metrics answer while a request is parsed or a batch decodes.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at
@@ -23,12 +24,14 @@ from typing import Any
 
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
-from ..translator import Translator
+from ..translator import Source, Translator
 from .batcher import Batcher, BatchLimits, Hypotheses, QueueFull, Stopped
 from .schema import (
     RequestError,
     RequestLimits,
     TranslateBody,
+    TranslateRequest,
+    check_source_tokens,
     parse_translate_request,
     translate_answer,
 )
@@ -49,12 +52,12 @@ class ServeConfig:
 def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
-    def decode(lines: list[str], options: DecodeConfig) -> list[Hypotheses]:
+    def decode(sources: list[Source], options: DecodeConfig) -> list[Hypotheses]:
         # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
         # holds; only its decode settings change.
         t = copy.copy(translator)
         t.decode = options
-        return t.translate_nbest(lines)
+        return t.translate_sources(sources)
 
     return decode
 
@@ -196,6 +199,15 @@ def _add_translate_route(
     defaults = translator.decode  # what a request does not choose, the run's settings decide
     schema = TranslateBody.model_json_schema()
 
+    def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
+        # On a worker thread: a large body takes a while to parse, split and encode, and the
+        # event loop must go on answering /health meanwhile. Encoded once, here, for the
+        # decoder too.
+        req = parse_translate_request(body, limits, defaults)
+        sources = translator.prepare(req.lines, req.options)
+        check_source_tokens(req, sum(s.tokens for s in sources), limits)
+        return req, sources
+
     @app.post(
         "/translate",
         openapi_extra={
@@ -207,7 +219,7 @@ def _add_translate_route(
         start = time.perf_counter()
         try:
             body = await _read_body(request, limits.max_bytes, limits.body_timeout_s)
-            req = parse_translate_request(body, limits, defaults)
+            req, sources = await asyncio.to_thread(prepare, body)
         except RequestError as e:
             return JSONResponse(e.as_json(), e.status)
         except ClientDisconnect:
@@ -215,10 +227,10 @@ def _add_translate_route(
         batcher = state.batcher
         if batcher is None:
             return _unavailable("the model is not loaded yet", 1)
-        # One line at a time: SentencePiece starts a thread pool for every list it encodes.
-        tokens = sum(len(translator.tokenizer.src.encode(line)) + 1 for line in req.lines)
+        tokens = sum(s.tokens for s in sources)
+        segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
         try:
-            future = batcher.submit(req.lines, req.options, tokens)
+            future = batcher.submit(sources, req.options, tokens, segments=segments)
         except QueueFull as e:
             metrics.rejected.inc()
             return _unavailable(f"{e}; retry later", e.retry_after_s)
