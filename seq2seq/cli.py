@@ -430,6 +430,9 @@ BatchWindowMs = Annotated[
 MaxBatchTokens = Annotated[
     int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
 ]
+MaxBatchBeamTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens × beam size of the requests in one batch.")
+]
 MaxBatchRequests = Annotated[
     int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
 ]
@@ -443,6 +446,9 @@ MaxRequestLines = Annotated[int, typer.Option(min=1, help="Texts in one request.
 MaxRequestBytes = Annotated[int, typer.Option(min=1, help="Bytes of one request body.")]
 MaxRequestTokens = Annotated[
     int, typer.Option(min=1, help="Source tokens of one request, its texts split into sentences.")
+]
+MaxRequestBeamTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens × beam size of one request; beyond, 413.")
 ]
 MaxBeamSize = Annotated[int, typer.Option(min=1, help="Largest beam_size a request may ask.")]
 RequestTimeout = Annotated[
@@ -474,11 +480,13 @@ def serve(
     batch_window_ms: BatchWindowMs = 5.0,
     max_batch_tokens: MaxBatchTokens = 8192,
     max_batch_requests: MaxBatchRequests = 256,
+    max_batch_beam_tokens: MaxBatchBeamTokens = 131_072,
     no_batching: NoBatching = False,
     max_queue: MaxQueue = 2048,
     max_request_lines: MaxRequestLines = 256,
     max_request_bytes: MaxRequestBytes = 1_000_000,
     max_request_tokens: MaxRequestTokens = 16_384,
+    max_request_beam_tokens: MaxRequestBeamTokens = 65_536,
     max_beam_size: MaxBeamSize = 16,
     request_timeout: RequestTimeout = 60.0,
     body_timeout: BodyTimeout = 30.0,
@@ -503,12 +511,19 @@ def serve(
     cfg = ServeConfig(
         host=host,
         port=port,
-        batch=BatchLimits(batch_window_ms / 1000, max_batch_tokens, max_batch_requests, max_queue),
+        batch=BatchLimits(
+            window_s=batch_window_ms / 1000,
+            max_tokens=max_batch_tokens,
+            max_requests=max_batch_requests,
+            max_queue_lines=max_queue,
+            max_beam_tokens=max_batch_beam_tokens,
+        ),
         request=RequestLimits(
             max_lines=max_request_lines,
             max_bytes=max_request_bytes,
             max_beam_size=max_beam_size,
             max_tokens=max_request_tokens,
+            max_beam_tokens=max_request_beam_tokens,
             timeout_s=request_timeout,
             body_timeout_s=body_timeout,
         ),
@@ -522,13 +537,7 @@ def serve(
     )
     quiet = bool(_options(ctx).get("quiet"))
     run_server(
-        run,
-        cfg,
-        checkpoint=checkpoint,
-        device=device,
-        decode=decode,
-        threads=threads,
-        quiet=quiet,
+        run, cfg, checkpoint=checkpoint, device=device, decode=decode, threads=threads, quiet=quiet
     )
 
 

@@ -94,7 +94,7 @@ class Server:
 
 # The queue counts sentences: the slow requests below send MAX_LINES texts of two sentences.
 MAX_LINES, MAX_QUEUE = 64, 256
-MAX_TOKENS = 8192  # source tokens of a request; MAX_LINES texts of LONG hold some 2,000
+MAX_TOKENS = 8192  # source tokens of a request; MAX_LINES texts of LONG hold some 3,400
 
 
 @pytest.fixture(scope="module")
@@ -180,6 +180,9 @@ def test_requests_with_different_options_in_one_window_each_get_their_own(server
     assert beam.result().json()["translations"] == reference(TEXTS, beam_size=3)
 
 
+LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
+
+
 BAD_INPUTS = [
     # (what, raw body, status, field)
     ("malformed JSON", b'{"text": "I have', 400, "body"),
@@ -207,6 +210,12 @@ BAD_INPUTS = [
     ("negative length_penalty", b'{"text": "a", "length_penalty": -1}', 422, "length_penalty"),
     ("too many texts", json.dumps({"texts": ["a"] * (MAX_LINES + 1)}).encode(), 413, "texts"),
     ("too many bytes", json.dumps({"text": "a" * 1_000_001}).encode(), 413, "body"),
+    (
+        "source tokens × beam size over the budget",  # ~6,800 tokens × 16 > 65,536
+        json.dumps({"texts": [f"{LONG} {LONG}"] * MAX_LINES, "beam_size": 16}).encode(),
+        413,
+        "beam_size",
+    ),
 ]
 
 
@@ -258,9 +267,6 @@ def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monk
 def test_unknown_paths_and_methods_answer_json_errors(server):
     assert server.client.get("/nope").json()["error"] == "Not Found"
     assert server.client.get("/translate").status_code == 405
-
-
-LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
 
 
 def _when_decoding(server: Server, pending) -> None:
@@ -468,8 +474,13 @@ def test_a_full_queue_answers_503_with_retry_after_and_recovers(server):
 
 
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
-    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1")
-    texts = [LONG] * 256
+    s = Server(
+        run_dir,
+        tmp_path / "serve.log",
+        *("--threads", "1", "--max-request-tokens", "16384"),
+        *("--max-request-beam-tokens", "131072", "--max-batch-beam-tokens", "131072"),
+    )
+    texts = [LONG] * 256  # 13,568 tokens × beam 8: a long decode
     with ThreadPoolExecutor(2) as pool:
         in_flight = pool.submit(s.translate, texts=texts, beam_size=8)
         _when_decoding(s, [in_flight])
@@ -522,6 +533,15 @@ def test_a_taken_port_is_one_error_line(run_dir):
         result = CliRunner().invoke(app, ["serve", "--run", str(run_dir), "--port", str(port)])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_a_request_budget_over_the_batch_budget_is_one_error_line(run_dir):
+    options = ["--max-request-beam-tokens", "200000", "--max-batch-beam-tokens", "100000"]
+    result = CliRunner().invoke(app, ["serve", "--run", str(run_dir), "--port", "0", *options])
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        "error: --max-request-beam-tokens (200000) must not exceed --max-batch-beam-tokens (100000)"
+    )
 
 
 def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):

@@ -25,7 +25,7 @@ from typing import Any
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
 from ..translator import Source, Translator
-from .batcher import Batcher, BatchLimits, Hypotheses, QueueFull, Stopped
+from .batcher import Batcher, BatchLimits, Hypotheses, OverBudget, QueueFull, Stopped
 from .schema import (
     RequestError,
     RequestLimits,
@@ -88,6 +88,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
             "max_batch_tokens": cfg.batch.max_tokens,
             "max_batch_requests": cfg.batch.max_requests,
             "max_queue_lines": cfg.batch.max_queue_lines,
+            "max_batch_beam_tokens": cfg.batch.max_beam_tokens,
         },
         "version": __version__,
     }
@@ -236,6 +237,8 @@ def _add_translate_route(
             return _unavailable(f"{e}; retry later", e.retry_after_s)
         except Stopped:
             return _unavailable("the server is shutting down", 1)
+        except OverBudget as e:  # not when serve's limits agree (it checks that they do)
+            return JSONResponse({"error": str(e), "field": "beam_size"}, 413)
         try:
             results = await _outcome(request, future, start + limits.timeout_s)
         except _ClientGone:

@@ -32,6 +32,9 @@ class BatchLimits:
     max_tokens: int = 8192  # source tokens of the requests in one batch
     max_requests: int = 256
     max_queue_lines: int = 2048  # sentences waiting; beyond this `submit` refuses
+    # Source tokens × beam size of the requests in one batch: what bounds its compute. A request
+    # over it on its own is refused.
+    max_beam_tokens: int = 131_072
 
 
 @dataclass
@@ -53,6 +56,16 @@ class QueueFull(Exception):
         self.queued_lines, self.retry_after_s = queued_lines, retry_after_s
 
 
+class OverBudget(Exception):
+    """A request whose source tokens × beam size alone exceed a batch's budget."""
+
+    def __init__(self, cost: int, budget: int):
+        super().__init__(
+            f"source tokens × beam size is {cost}; at most {budget} a batch (and so a request)"
+        )
+        self.cost, self.budget = cost, budget
+
+
 class Stopped(Exception):
     """The batcher no longer takes requests (the server is shutting down)."""
 
@@ -63,6 +76,7 @@ class _Job:
     options: DecodeConfig  # requests decoded together share these
     tokens: int
     segments: int  # sentences, what the queue's bound and the decoding speed count
+    cost: int  # tokens × beam size, what the batch's compute budget counts
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
 
@@ -118,12 +132,15 @@ class Batcher:
         if not lines:
             raise ValueError("nothing to translate")
         segments = len(lines) if segments is None else segments
+        cost = tokens * options.beam_size
+        if cost > self.limits.max_beam_tokens:
+            raise OverBudget(cost, self.limits.max_beam_tokens)
         with self._cond:
             if self._stopping:
                 raise Stopped("the server is shutting down")
             if self._queue and self._queued_lines + segments > self.limits.max_queue_lines:
                 raise QueueFull(self._queued_lines, self._retry_after())
-            job = _Job(lines, options, tokens, segments)
+            job = _Job(lines, options, tokens, segments, cost)
             self._queue.append(job)
             self._queued_lines += segments
             self._queued_tokens += tokens
@@ -173,14 +190,16 @@ class Batcher:
                 self._busy = False
 
     def _take(self) -> list[_Job]:
-        """Requests in arrival order up to the budget (always at least one); cancelled ones
-        are dropped."""
+        """Requests in arrival order up to the budgets (always at least one: a request over the
+        token budget goes alone; none is over the compute budget, `submit` saw to that);
+        cancelled ones are dropped."""
         jobs: list[_Job] = []
-        tokens = 0
+        tokens = cost = 0
         while self._queue:
             job = self._queue[0]
             if jobs and (
                 tokens + job.tokens > self.limits.max_tokens
+                or cost + job.cost > self.limits.max_beam_tokens
                 or len(jobs) >= self.limits.max_requests
             ):
                 break
@@ -192,6 +211,7 @@ class Batcher:
             if job.future.set_running_or_notify_cancel():
                 jobs.append(job)
                 tokens += job.tokens
+                cost += job.cost
         return jobs
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:

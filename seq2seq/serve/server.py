@@ -64,6 +64,11 @@ def serve(
             f"--max-request-lines ({cfg.request.max_lines}) must not exceed --max-queue "
             f"({cfg.batch.max_queue_lines})"
         )
+    if cfg.request.max_beam_tokens > cfg.batch.max_beam_tokens:
+        raise UserError(
+            f"--max-request-beam-tokens ({cfg.request.max_beam_tokens}) must not exceed "
+            f"--max-batch-beam-tokens ({cfg.batch.max_beam_tokens})"
+        )
     sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
     try:
