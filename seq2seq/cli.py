@@ -430,16 +430,58 @@ def translate(
     translate_files(translator, input, output, errors)
 
 
+# `seq2seq serve`'s own options.
+Host = Annotated[
+    str, typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth).")
+]
+Port = Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")]
+BatchWindowMs = Annotated[
+    float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
+]
+MaxBatchTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
+]
+MaxBatchBeamTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens × beam size of the requests in one batch.")
+]
+MaxBatchRequests = Annotated[
+    int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
+]
+NoBatching = Annotated[
+    bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
+]
+MaxQueue = Annotated[
+    int, typer.Option(min=1, help="Sentences waiting at most; beyond, 503 with Retry-After.")
+]
+MaxRequestLines = Annotated[int, typer.Option(min=1, help="Texts in one request.")]
+MaxRequestBytes = Annotated[int, typer.Option(min=1, help="Bytes of one request body.")]
+MaxRequestTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens of one request, its texts split into sentences.")
+]
+MaxRequestBeamTokens = Annotated[
+    int, typer.Option(min=1, help="Source tokens × beam size of one request; beyond, 413.")
+]
+MaxBeamSize = Annotated[int, typer.Option(min=1, help="Largest beam_size a request may ask.")]
+RequestTimeout = Annotated[
+    float,
+    typer.Option(min=0.001, help="Seconds from a request's arrival to its answer; past it, 504."),
+]
+BodyTimeout = Annotated[
+    float,
+    typer.Option(min=0.001, help="Seconds to receive a request's body; past it, 408."),
+]
+Threads = Annotated[
+    int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
+]
+
+
 @app.command()
 @_user_errors
 def serve(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
-    host: Annotated[
-        str,
-        typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth)."),
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")] = 8080,
+    host: Host = "127.0.0.1",
+    port: Port = 8080,
     checkpoint: Checkpoint = None,
     beam_size: BeamSize = None,
     length_penalty: LengthPenalty = None,
@@ -447,31 +489,20 @@ def serve(
     max_tokens: MaxTokens = None,
     device: Device = "auto",
     quantize: Quantize = None,
-    batch_window_ms: Annotated[
-        float, typer.Option(min=0, help="Wait this long after a request for others to join it.")
-    ] = 5.0,
-    max_batch_tokens: Annotated[
-        int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
-    ] = 8192,
-    max_batch_requests: Annotated[
-        int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
-    ] = 256,
-    no_batching: Annotated[
-        bool, typer.Option(help="Decode requests one at a time (window 0, one request a batch).")
-    ] = False,
-    max_queue: Annotated[
-        int, typer.Option(min=1, help="Lines waiting at most; beyond, 503 with Retry-After.")
-    ] = 2048,
-    max_request_lines: Annotated[int, typer.Option(min=1, help="Texts in one request.")] = 256,
-    max_request_bytes: Annotated[
-        int, typer.Option(min=1, help="Bytes of one request body.")
-    ] = 1_000_000,
-    max_beam_size: Annotated[
-        int, typer.Option(min=1, help="Largest beam_size a request may ask.")
-    ] = 16,
-    threads: Annotated[
-        int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
-    ] = None,
+    batch_window_ms: BatchWindowMs = 5.0,
+    max_batch_tokens: MaxBatchTokens = 8192,
+    max_batch_requests: MaxBatchRequests = 256,
+    max_batch_beam_tokens: MaxBatchBeamTokens = 131_072,
+    no_batching: NoBatching = False,
+    max_queue: MaxQueue = 2048,
+    max_request_lines: MaxRequestLines = 256,
+    max_request_bytes: MaxRequestBytes = 1_000_000,
+    max_request_tokens: MaxRequestTokens = 16_384,
+    max_request_beam_tokens: MaxRequestBeamTokens = 65_536,
+    max_beam_size: MaxBeamSize = 16,
+    request_timeout: RequestTimeout = 60.0,
+    body_timeout: BodyTimeout = 30.0,
+    threads: Threads = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
@@ -492,8 +523,22 @@ def serve(
     cfg = ServeConfig(
         host=host,
         port=port,
-        batch=BatchLimits(batch_window_ms / 1000, max_batch_tokens, max_batch_requests, max_queue),
-        request=RequestLimits(max_request_lines, max_request_bytes, max_beam_size),
+        batch=BatchLimits(
+            window_s=batch_window_ms / 1000,
+            max_tokens=max_batch_tokens,
+            max_requests=max_batch_requests,
+            max_queue_lines=max_queue,
+            max_beam_tokens=max_batch_beam_tokens,
+        ),
+        request=RequestLimits(
+            max_lines=max_request_lines,
+            max_bytes=max_request_bytes,
+            max_beam_size=max_beam_size,
+            max_tokens=max_request_tokens,
+            max_beam_tokens=max_request_beam_tokens,
+            timeout_s=request_timeout,
+            body_timeout_s=body_timeout,
+        ),
     )
     decode = _decode_settings(
         run,

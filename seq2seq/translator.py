@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -20,6 +21,19 @@ from .sentences import split_sentences
 from .tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input line ready to decode: the token ids of each of its sentences (none for a
+    blank line), each ending with EOS."""
+
+    segments: tuple[tuple[int, ...], ...]
+
+    @property
+    def tokens(self) -> int:
+        """Source tokens, EOS included."""
+        return sum(len(seq) for seq in self.segments)
 
 
 class Translator:
@@ -53,15 +67,33 @@ class Translator:
 
         An n-best list (nbest > 1) is of whole lines: such lines are never split.
         """
-        out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in lines]
-        todo = [i for i, line in enumerate(lines) if line.strip()]
-        split = self.decode.split_sentences and self.decode.nbest == 1
+        return self.translate_sources(self.prepare(lines))
+
+    def prepare(self, lines: list[str], options: DecodeConfig | None = None) -> list[Source]:
+        """Each line split into sentences (as `options`, default `decode`, say) and encoded,
+        truncated to the model's positions; a blank line has no segments."""
+        options = options or self.decode
+        split = options.split_sentences and options.nbest == 1
         segments, owner = [], []  # what is decoded, and the line each piece belongs to
-        for i in todo:
-            parts = split_sentences(lines[i].strip(), self.src_lang) if split else [lines[i]]
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            parts = split_sentences(line.strip(), self.src_lang) if split else [line]
             segments += [p.strip() for p in parts]
             owner += [i] * len(parts)
-        found = self._search(segments, owner)
+        pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
+        for i, seq in zip(owner, self._encode(segments, owner)):
+            pieces[i].append(tuple(seq))
+        return [Source(tuple(p)) for p in pieces]
+
+    def translate_sources(self, sources: list[Source]) -> list[list[tuple[str, float]]]:
+        """`translate_nbest` of lines already prepared (split and encoded)."""
+        out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
+        ids, owner = [], []  # what is decoded, and the line each piece belongs to
+        for i, source in enumerate(sources):
+            ids += [list(seq) for seq in source.segments]
+            owner += [i] * len(source.segments)
+        found = self._search(ids, owner)
         by_line: dict[int, list[list[Hypothesis]]] = {}
         for i, hyps in zip(owner, found):
             by_line.setdefault(i, []).append(hyps)
@@ -73,9 +105,10 @@ class Translator:
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def _search(self, segments: list[str], owner: list[int]) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
-        ids = self.tokenizer.encode_src(segments)
+    def _encode(self, segments: list[str], owner: list[int]) -> list[list[int]]:
+        """Source ids of each segment, cut to the model's maximum (`owner`: input line
+        indices, for the warning)."""
+        ids = self.tokenizer.encode_src(segments) if segments else []
         for j, seq in enumerate(ids):
             if len(seq) > self.max_src_len:
                 log.warning(
@@ -85,6 +118,10 @@ class Translator:
                     self.max_src_len,
                 )
                 ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
+        return ids
+
+    def _search(self, ids: list[list[int]], owner: list[int]) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from seq2seq.config import DecodeConfig
-from seq2seq.serve.batcher import Batcher, BatchLimits, QueueFull, Stopped
+from seq2seq.serve.batcher import Batcher, BatchLimits, OverBudget, QueueFull, Stopped
 
 GREEDY = DecodeConfig(beam_size=1, nbest=1, length_penalty=0.6)
 BEAM = DecodeConfig(beam_size=4, nbest=2, length_penalty=0.6)
@@ -92,6 +92,29 @@ def test_a_request_over_the_token_budget_is_decoded_alone_not_refused(decoder):
     batcher.stop()
 
 
+def test_a_batch_holds_no_more_source_tokens_times_beam_than_its_budget(decoder):
+    decoder.release.clear()
+    batcher = _batcher(decoder, max_beam_tokens=40)
+    first = batcher.submit(["hold"], GREEDY, 1)
+    assert decoder.started.wait(5)  # the worker is busy; the rest queue up
+    futures = [batcher.submit([f"x{i}"], BEAM, tokens=5) for i in range(5)]  # 20 each
+    decoder.release.set()
+    for f in [first, *futures]:
+        f.result(5)
+    batcher.stop()
+    assert [len(lines) for lines, _ in decoder.calls] == [1, 2, 2, 1]
+
+
+def test_a_request_over_the_compute_budget_on_its_own_is_refused_not_taken(decoder):
+    batcher = _batcher(decoder, max_beam_tokens=40)
+    with pytest.raises(OverBudget, match="is 44; at most 40"):
+        batcher.submit(["long"], BEAM, tokens=11)  # 11 tokens × beam 4
+    assert batcher.queued_requests == 0
+    assert batcher.submit(["short"], BEAM, tokens=10).result(5)  # 40: within it
+    batcher.stop()
+    assert [lines for lines, _ in decoder.calls] == [["short"]]
+
+
 def test_max_requests_one_decodes_each_request_on_its_own(decoder):
     batcher = _batcher(decoder, max_requests=1, window_s=0.0)
     futures = [batcher.submit([f"s{i}", "t"], GREEDY, 2) for i in range(4)]
@@ -119,6 +142,19 @@ def test_a_full_queue_refuses_with_a_retry_delay(decoder):
         batcher.submit(["d", "e"], GREEDY, 2)
     assert refused.value.retry_after_s >= 1
     assert batcher.queued_lines == 3
+    decoder.release.set()
+    batcher.stop()
+
+
+def test_the_queue_bound_counts_sentences_not_lines(decoder):
+    decoder.release.clear()
+    batcher = _batcher(decoder, max_queue_lines=4)
+    batcher.submit(["busy"], GREEDY, 1)
+    assert decoder.started.wait(5)
+    batcher.submit(["One. Two. Three."], GREEDY, 9, segments=3)
+    assert batcher.queued_lines == 3
+    with pytest.raises(QueueFull, match="3 sentences waiting"):
+        batcher.submit(["Four. Five."], GREEDY, 6, segments=2)
     decoder.release.set()
     batcher.stop()
 

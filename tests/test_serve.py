@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -91,7 +92,9 @@ class Server:
             raise
 
 
-MAX_LINES, MAX_QUEUE = 64, 128
+# The queue counts sentences: the slow requests below send MAX_LINES texts of two sentences.
+MAX_LINES, MAX_QUEUE = 64, 256
+MAX_TOKENS = 8192  # source tokens of a request; MAX_LINES texts of LONG hold some 3,400
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +105,7 @@ def server(run_dir, tmp_path_factory):
         tmp_path_factory.mktemp("log") / "serve.log",
         *("--batch-window-ms", "20", "--max-request-lines", str(MAX_LINES)),
         *("--max-queue", str(MAX_QUEUE), "--threads", "1"),
+        *("--request-timeout", "45", "--max-request-tokens", str(MAX_TOKENS)),
     )
     yield s
     s.stop()
@@ -176,6 +180,9 @@ def test_requests_with_different_options_in_one_window_each_get_their_own(server
     assert beam.result().json()["translations"] == reference(TEXTS, beam_size=3)
 
 
+LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
+
+
 BAD_INPUTS = [
     # (what, raw body, status, field)
     ("malformed JSON", b'{"text": "I have', 400, "body"),
@@ -203,6 +210,12 @@ BAD_INPUTS = [
     ("negative length_penalty", b'{"text": "a", "length_penalty": -1}', 422, "length_penalty"),
     ("too many texts", json.dumps({"texts": ["a"] * (MAX_LINES + 1)}).encode(), 413, "texts"),
     ("too many bytes", json.dumps({"text": "a" * 1_000_001}).encode(), 413, "body"),
+    (
+        "source tokens × beam size over the budget",  # ~6,800 tokens × 16 > 65,536
+        json.dumps({"texts": [f"{LONG} {LONG}"] * MAX_LINES, "beam_size": 16}).encode(),
+        413,
+        "beam_size",
+    ),
 ]
 
 
@@ -225,31 +238,22 @@ def test_bad_input_is_a_4xx_naming_the_field_and_the_server_keeps_serving(
 def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monkeypatch):
     import logging
 
-    from fastapi.testclient import TestClient
-
-    from seq2seq.serve import app as serve_app
+    from seq2seq.serve.app import log
 
     secret = "the model's scores are not finite for input line(s) 3, 7 of another client"
 
-    def failing(translator):
-        def decode(lines, options):
-            raise RuntimeError(secret)
+    def failing(lines, options):
+        raise RuntimeError(secret)
 
-        return decode
-
-    monkeypatch.setattr(serve_app, "translator_decode", failing)
-    translator, path = load_translator(run_dir, device="cpu")
-    cfg = serve_app.ServeConfig()
-    info = serve_app.run_info(run_dir, path, translator, cfg)
     logged: list[str] = []
     handler = logging.Handler()
     handler.emit = lambda record: logged.append(record.getMessage())
-    serve_app.log.addHandler(handler)
+    log.addHandler(handler)
     try:
-        with TestClient(serve_app.create_app(translator, info, cfg)) as client:
+        with _in_process(run_dir, monkeypatch, failing) as client:
             answer = client.post("/translate", json={"text": TEXTS[0]})
     finally:
-        serve_app.log.removeHandler(handler)
+        log.removeHandler(handler)
     assert answer.status_code == 500
     request_id = answer.headers["x-request-id"]
     assert answer.json() == {
@@ -263,9 +267,6 @@ def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monk
 def test_unknown_paths_and_methods_answer_json_errors(server):
     assert server.client.get("/nope").json()["error"] == "Not Found"
     assert server.client.get("/translate").status_code == 405
-
-
-LONG = " ".join(TEXTS[:2])  # near the tiny model's 64 positions: slow to decode
 
 
 def _when_decoding(server: Server, pending) -> None:
@@ -289,7 +290,7 @@ def test_health_answers_while_a_batch_decodes(server):
     assert health_s < 1.0
 
 
-def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, reference):
+def test_a_client_that_disconnects_is_not_decoded_and_the_batch_it_would_join_is(server, reference):
     host, port = httpx.URL(server.url).host, httpx.URL(server.url).port
     body = json.dumps({"text": TEXTS[1]}).encode()
     sentences_before = server.metric("seq2seq_sentences_total")
@@ -302,12 +303,104 @@ def test_a_client_that_disconnects_does_not_break_the_batch_it_was_in(server, re
                 head = f"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n"
                 s.sendall(head.encode() + b"content-type: application/json\r\n\r\n")
                 s.sendall(body[:5] if partial else body)
+        time.sleep(0.2)  # the server hears of both while the big request still decodes
         others = [pool.submit(server.translate, text=t) for t in TEXTS]
         assert [o.result().json()["translation"] for o in others] == reference(TEXTS)
         assert busy.result().status_code == 200
-    # The whole request that was left was still decoded with the rest; the server serves on.
-    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + 1 + len(TEXTS)
+    # Nobody waits for the whole request that was left: it was dropped from the queue, not
+    # decoded; the server serves on.
+    assert server.metric("seq2seq_sentences_total") - sentences_before == MAX_LINES + len(TEXTS)
     assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def _in_process(run_dir, monkeypatch, decode=None, *, translator=None, **request_limits):
+    """The app in this process (FastAPI's TestClient), its decoder replaced by `decode`."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+    from seq2seq.serve.schema import RequestLimits
+
+    path = None
+    if translator is None:
+        translator, path = load_translator(run_dir, device="cpu")
+    cfg = serve_app.ServeConfig(request=RequestLimits(**request_limits))
+    info = serve_app.run_info(run_dir, path or run_dir, translator, cfg)
+    if decode is not None:
+        monkeypatch.setattr(serve_app, "translator_decode", lambda translator: decode)
+    return TestClient(serve_app.create_app(translator, info, cfg))
+
+
+def test_a_text_of_many_sentences_is_held_to_the_token_limit_sentence_by_sentence(server):
+    # 960 kB, one text: it must not pass as one line of one sentence.
+    answer = server.translate(text="Go now. " * 120_000)
+    assert answer.status_code == 413
+    error = answer.json()
+    assert error["field"] == "text"
+    assert re.fullmatch(
+        rf"text has \d+ source tokens; at most {MAX_TOKENS} a request", error["error"]
+    )
+    assert int(error["error"].split()[2]) >= 240_000  # "Go now." and EOS, for every sentence
+    assert server.translate(text=TEXTS[0]).status_code == 200
+
+
+def test_requests_are_parsed_split_and_encoded_once_off_the_event_loop(run_dir, monkeypatch):
+    import asyncio
+
+    translator, _ = load_translator(run_dir, device="cpu")
+    tokenizer, encoded = translator.tokenizer, []
+
+    def on_loop() -> bool:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        return True
+
+    def recording(encode):
+        def wrapper(texts, *args, **kwargs):
+            encoded.extend((t, on_loop()) for t in ([texts] if isinstance(texts, str) else texts))
+            return encode(texts, *args, **kwargs)
+
+        return wrapper
+
+    # Every encoding of source text goes through SentencePiece's encode.
+    monkeypatch.setattr(tokenizer.src, "encode", recording(tokenizer.src.encode))
+    with _in_process(run_dir, monkeypatch, translator=translator) as client:
+        answer = client.post("/translate", json={"texts": [LONG, TEXTS[2]]})
+    assert answer.status_code == 200
+    assert not any(loop for _, loop in encoded)  # never on the event loop
+    sentences = [t for t, _ in encoded if t in TEXTS]
+    assert sorted(set(sentences)) == sorted(TEXTS[:3])
+    assert len(sentences) == 3  # each sentence encoded once: not again by the decoder
+
+
+def test_past_the_request_timeout_the_answer_is_504_and_a_queued_request_is_dropped(
+    run_dir, monkeypatch
+):
+    release, decoded = threading.Event(), []
+
+    def slow(lines, options):
+        decoded.append(len(lines))
+        assert release.wait(10)
+        return [[("x", 0.0)] for _ in lines]
+
+    app = _in_process(run_dir, monkeypatch, slow, timeout_s=0.5)
+    with app as client, ThreadPoolExecutor(2) as pool:
+        first = pool.submit(client.post, "/translate", json={"text": TEXTS[0]})
+        while not decoded:
+            time.sleep(0.01)
+        queued = pool.submit(client.post, "/translate", json={"texts": TEXTS})
+        start = time.monotonic()
+        for answer in (first.result(10), queued.result(10)):
+            assert answer.status_code == 504
+            assert answer.json() == {
+                "error": "no translation within 0.5 s (the request timeout)",
+                "field": None,
+            }
+        assert time.monotonic() - start < 2
+        release.set()
+        assert client.post("/translate", json={"texts": TEXTS[:2]}).status_code == 200
+    assert decoded == [1, 2]  # the request that timed out in the queue was never decoded
 
 
 @settings(
@@ -331,6 +424,8 @@ def test_info_names_the_model_languages_and_checkpoint(server, run_dir):
     assert Path(info["checkpoint"]).is_file()
     assert info["decode"]["beam_size"] == 2
     assert info["limits"]["max_lines"] == MAX_LINES
+    assert info["limits"]["timeout_s"] == 45
+    assert info["limits"]["max_tokens"] == MAX_TOKENS
 
 
 def test_metrics_are_prometheus_text_with_requests_sentences_tokens_batches_and_latency(server):
@@ -379,8 +474,13 @@ def test_a_full_queue_answers_503_with_retry_after_and_recovers(server):
 
 
 def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
-    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1")
-    texts = [LONG] * 256
+    s = Server(
+        run_dir,
+        tmp_path / "serve.log",
+        *("--threads", "1", "--max-request-tokens", "16384"),
+        *("--max-request-beam-tokens", "131072", "--max-batch-beam-tokens", "131072"),
+    )
+    texts = [LONG] * 256  # 13,568 tokens × beam 8: a long decode
     with ThreadPoolExecutor(2) as pool:
         in_flight = pool.submit(s.translate, texts=texts, beam_size=8)
         _when_decoding(s, [in_flight])
@@ -395,6 +495,36 @@ def test_sigterm_finishes_the_requests_in_flight_and_exits_0(run_dir, tmp_path):
     s.stop()
 
 
+def _half_sent(url: str) -> socket.socket:
+    """A connection that sends a request's head and 5 of the 100 bytes of its body, then waits."""
+    s = socket.create_connection((httpx.URL(url).host, httpx.URL(url).port), timeout=10)
+    s.sendall(b"POST /translate HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n")
+    s.sendall(b'content-length: 100\r\n\r\n{"tex')
+    return s
+
+
+def test_a_body_that_stops_half_way_is_a_408_and_does_not_hold_a_shutdown(run_dir, tmp_path):
+    s = Server(run_dir, tmp_path / "serve.log", "--threads", "1", "--body-timeout", "1")
+    try:
+        with _half_sent(s.url) as stalled:
+            start = time.monotonic()
+            head, _, body = stalled.recv(4096).partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408")
+            assert time.monotonic() - start < 5
+            assert json.loads(body) == {
+                "error": "request body not received within 1 s",
+                "field": "body",
+            }
+        with _half_sent(s.url):
+            time.sleep(0.2)
+            start = time.monotonic()
+            s.process.send_signal(signal.SIGTERM)
+            assert s.process.wait(15) == 0
+            assert time.monotonic() - start < 5
+    finally:
+        s.stop()
+
+
 def test_a_taken_port_is_one_error_line(run_dir):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -403,6 +533,15 @@ def test_a_taken_port_is_one_error_line(run_dir):
         result = CliRunner().invoke(app, ["serve", "--run", str(run_dir), "--port", str(port)])
     assert result.exit_code == 1
     assert result.output.startswith("error: cannot listen on 127.0.0.1:")
+
+
+def test_a_request_budget_over_the_batch_budget_is_one_error_line(run_dir):
+    options = ["--max-request-beam-tokens", "200000", "--max-batch-beam-tokens", "100000"]
+    result = CliRunner().invoke(app, ["serve", "--run", str(run_dir), "--port", "0", *options])
+    assert result.exit_code == 1
+    assert result.output.startswith(
+        "error: --max-request-beam-tokens (200000) must not exceed --max-batch-beam-tokens (100000)"
+    )
 
 
 def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):

@@ -1,8 +1,9 @@
 """The ASGI app of `seq2seq serve`: its endpoints, and what they share.
 
-The app (FastAPI, run by uvicorn in `server`) parses and checks requests on the event loop and
-hands their lines to a `Batcher`, whose one worker thread decodes through the run's
-`Translator`, so /health and /metrics answer while a batch decodes.
+The app (FastAPI, run by uvicorn in `server`) parses, checks, splits and encodes each request
+on a worker thread (`Translator.prepare`) and hands the encoded lines to a `Batcher`, whose one
+worker thread decodes them through the run's `Translator`; the event loop only reads bodies and
+answers, so /health and /metrics answer while a request is parsed or a batch decodes.
 """
 
 # No `from __future__ import annotations` here: FastAPI reads the endpoints' annotations at
@@ -15,6 +16,7 @@ import logging
 import math
 import time
 import uuid
+from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,12 +24,14 @@ from typing import Any
 
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
-from ..translator import Translator
-from .batcher import Batcher, BatchLimits, Hypotheses, QueueFull, Stopped
+from ..translator import Source, Translator
+from .batcher import Batcher, BatchLimits, Hypotheses, OverBudget, QueueFull, Stopped
 from .schema import (
     RequestError,
     RequestLimits,
     TranslateBody,
+    TranslateRequest,
+    check_source_tokens,
     parse_translate_request,
     translate_answer,
 )
@@ -48,12 +52,12 @@ class ServeConfig:
 def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
-    def decode(lines: list[str], options: DecodeConfig) -> list[Hypotheses]:
+    def decode(sources: list[Source], options: DecodeConfig) -> list[Hypotheses]:
         # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
         # holds; only its decode settings change.
         t = copy.copy(translator)
         t.decode = options
-        return t.translate_nbest(lines)
+        return t.translate_sources(sources)
 
     return decode
 
@@ -84,6 +88,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
             "max_batch_tokens": cfg.batch.max_tokens,
             "max_batch_requests": cfg.batch.max_requests,
             "max_queue_lines": cfg.batch.max_queue_lines,
+            "max_batch_beam_tokens": cfg.batch.max_beam_tokens,
         },
         "version": __version__,
     }
@@ -195,6 +200,15 @@ def _add_translate_route(
     defaults = translator.decode  # what a request does not choose, the run's settings decide
     schema = TranslateBody.model_json_schema()
 
+    def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
+        # On a worker thread: a large body takes a while to parse, split and encode, and the
+        # event loop must go on answering /health meanwhile. Encoded once, here, for the
+        # decoder too.
+        req = parse_translate_request(body, limits, defaults)
+        sources = translator.prepare(req.lines, req.options)
+        check_source_tokens(req, sum(s.tokens for s in sources), limits)
+        return req, sources
+
     @app.post(
         "/translate",
         openapi_extra={
@@ -205,8 +219,8 @@ def _add_translate_route(
         """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores."""
         start = time.perf_counter()
         try:
-            body = await _read_body(request, limits.max_bytes)
-            req = parse_translate_request(body, limits, defaults)
+            body = await _read_body(request, limits.max_bytes, limits.body_timeout_s)
+            req, sources = await asyncio.to_thread(prepare, body)
         except RequestError as e:
             return JSONResponse(e.as_json(), e.status)
         except ClientDisconnect:
@@ -214,21 +228,61 @@ def _add_translate_route(
         batcher = state.batcher
         if batcher is None:
             return _unavailable("the model is not loaded yet", 1)
-        # One line at a time: SentencePiece starts a thread pool for every list it encodes.
-        tokens = sum(len(translator.tokenizer.src.encode(line)) + 1 for line in req.lines)
+        tokens = sum(s.tokens for s in sources)
+        segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
         try:
-            future = batcher.submit(req.lines, req.options, tokens)
+            future = batcher.submit(sources, req.options, tokens, segments=segments)
         except QueueFull as e:
             metrics.rejected.inc()
             return _unavailable(f"{e}; retry later", e.retry_after_s)
         except Stopped:
             return _unavailable("the server is shutting down", 1)
+        except OverBudget as e:  # not when serve's limits agree (it checks that they do)
+            return JSONResponse({"error": str(e), "field": "beam_size"}, 413)
         try:
-            results = await asyncio.wrap_future(future)
+            results = await _outcome(request, future, start + limits.timeout_s)
+        except _ClientGone:
+            return Response(status_code=400)  # nobody is left to read it
+        except TimeoutError:
+            message = f"no translation within {limits.timeout_s:g} s (the request timeout)"
+            return JSONResponse({"error": message, "field": None}, 504)
         except Exception as e:
             return _failed(e)
         metrics.latency.observe(time.perf_counter() - start)
         return translate_answer(req, results)
+
+
+class _ClientGone(Exception):
+    """The client closed its connection before its answer."""
+
+
+async def _outcome(request, future: Future, deadline: float):
+    """The future's result, unless the client goes away (_ClientGone) or the deadline
+    (`time.perf_counter()`) passes first (TimeoutError). Then, or should this handler be
+    cancelled, a request still queued is cancelled, so the decoder skips it; one being decoded
+    finishes (a batch is never broken) and its answer is dropped."""
+    result = asyncio.wrap_future(future)
+    gone = asyncio.ensure_future(_disconnected(request))
+    try:
+        done, _ = await asyncio.wait(
+            {result, gone},
+            timeout=max(0.0, deadline - time.perf_counter()),
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+    finally:
+        gone.cancel()
+        if not result.done():
+            future.cancel()
+            result.cancel()
+    if result in done:
+        return result.result()
+    raise _ClientGone() if gone in done else TimeoutError()
+
+
+async def _disconnected(request) -> None:
+    """Returns when the client has closed the connection (the body has been read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 def _failed(error: Exception):
@@ -255,15 +309,23 @@ def _unavailable(message: str, retry_after_s: float):
     )
 
 
-async def _read_body(request, limit: int) -> bytes:
-    """The body, refused as soon as it is known to be over the limit."""
+async def _read_body(request, limit: int, timeout_s: float) -> bytes:
+    """The body, refused as soon as it is known to be over the limit, or once it has taken
+    longer than `timeout_s` to arrive (a client that stops half-way must not hold the handler,
+    and with it a shutdown, forever)."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise RequestError(413, "body", f"request body over {limit} bytes")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body", f"request body over {limit} bytes")
-        chunks.append(chunk)
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise RequestError(413, "body", f"request body over {limit} bytes")
+                chunks.append(chunk)
+    except TimeoutError:
+        raise RequestError(
+            408, "body", f"request body not received within {timeout_s:g} s"
+        ) from None
     return b"".join(chunks)

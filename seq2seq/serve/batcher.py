@@ -31,7 +31,10 @@ class BatchLimits:
     window_s: float = 0.005  # after the first waiting request
     max_tokens: int = 8192  # source tokens of the requests in one batch
     max_requests: int = 256
-    max_queue_lines: int = 2048  # lines waiting; beyond this `submit` refuses
+    max_queue_lines: int = 2048  # sentences waiting; beyond this `submit` refuses
+    # Source tokens × beam size of the requests in one batch: what bounds its compute. A request
+    # over it on its own is refused.
+    max_beam_tokens: int = 131_072
 
 
 @dataclass
@@ -46,11 +49,21 @@ class BatchReport:
 
 
 class QueueFull(Exception):
-    """The queue holds as many lines as it may; the caller should come back later."""
+    """The queue holds as many sentences as it may; the caller should come back later."""
 
     def __init__(self, queued_lines: int, retry_after_s: float):
-        super().__init__(f"the queue is full ({queued_lines} lines waiting)")
+        super().__init__(f"the queue is full ({queued_lines} sentences waiting)")
         self.queued_lines, self.retry_after_s = queued_lines, retry_after_s
+
+
+class OverBudget(Exception):
+    """A request whose source tokens × beam size alone exceed a batch's budget."""
+
+    def __init__(self, cost: int, budget: int):
+        super().__init__(
+            f"source tokens × beam size is {cost}; at most {budget} a batch (and so a request)"
+        )
+        self.cost, self.budget = cost, budget
 
 
 class Stopped(Exception):
@@ -59,14 +72,16 @@ class Stopped(Exception):
 
 @dataclass
 class _Job:
-    lines: list[str]
+    lines: list  # what the decode function takes: text, or lines prepared for it
     options: DecodeConfig  # requests decoded together share these
     tokens: int
+    segments: int  # sentences, what the queue's bound and the decoding speed count
+    cost: int  # tokens × beam size, what the batch's compute budget counts
     future: Future = field(default_factory=Future)
     arrived: float = field(default_factory=time.monotonic)
 
 
-Decode = Callable[[list[str], DecodeConfig], list[Hypotheses]]
+Decode = Callable[[list, DecodeConfig], list[Hypotheses]]
 
 
 class Batcher:
@@ -84,7 +99,7 @@ class Batcher:
         self._queued_lines = self._queued_tokens = 0
         self._stopping = False
         self._busy = False
-        self._lines_per_s = 0.0  # smoothed decoding speed, for Retry-After
+        self._segments_per_s = 0.0  # smoothed decoding speed, for Retry-After
         self._thread = threading.Thread(target=self._run, name="seq2seq-decoder", daemon=True)
 
     def start(self) -> Batcher:
@@ -94,7 +109,7 @@ class Batcher:
 
     @property
     def queued_lines(self) -> int:
-        """Lines waiting for a batch (not those being decoded)."""
+        """Sentences waiting for a batch (not those being decoded)."""
         return self._queued_lines
 
     @property
@@ -107,18 +122,27 @@ class Batcher:
         """Whether a batch is being decoded right now."""
         return self._busy
 
-    def submit(self, lines: list[str], options: DecodeConfig, tokens: int) -> Future:
-        """Queue lines for decoding; the future's result is one hypothesis list per line."""
+    def submit(
+        self, lines: list, options: DecodeConfig, tokens: int, *, segments: int | None = None
+    ) -> Future:
+        """Queue lines for decoding; the future's result is one hypothesis list per line.
+
+        `segments`: the sentences they hold once split (default: one a line), which is what
+        the queue's bound counts."""
         if not lines:
             raise ValueError("nothing to translate")
+        segments = len(lines) if segments is None else segments
+        cost = tokens * options.beam_size
+        if cost > self.limits.max_beam_tokens:
+            raise OverBudget(cost, self.limits.max_beam_tokens)
         with self._cond:
             if self._stopping:
                 raise Stopped("the server is shutting down")
-            if self._queue and self._queued_lines + len(lines) > self.limits.max_queue_lines:
+            if self._queue and self._queued_lines + segments > self.limits.max_queue_lines:
                 raise QueueFull(self._queued_lines, self._retry_after())
-            job = _Job(lines, options, tokens)
+            job = _Job(lines, options, tokens, segments, cost)
             self._queue.append(job)
-            self._queued_lines += len(lines)
+            self._queued_lines += segments
             self._queued_tokens += tokens
             self._cond.notify()
         return job.future
@@ -133,9 +157,9 @@ class Batcher:
 
     def _retry_after(self) -> float:
         # Seconds until the queue as it is now would be drained at the recent speed.
-        if self._lines_per_s <= 0:
+        if self._segments_per_s <= 0:
             return 1.0
-        return max(1.0, self._queued_lines / self._lines_per_s)
+        return max(1.0, self._queued_lines / self._segments_per_s)
 
     def _full(self) -> bool:
         return (
@@ -166,25 +190,28 @@ class Batcher:
                 self._busy = False
 
     def _take(self) -> list[_Job]:
-        """Requests in arrival order up to the budget (always at least one); cancelled ones
-        are dropped."""
+        """Requests in arrival order up to the budgets (always at least one: a request over the
+        token budget goes alone; none is over the compute budget, `submit` saw to that);
+        cancelled ones are dropped."""
         jobs: list[_Job] = []
-        tokens = 0
+        tokens = cost = 0
         while self._queue:
             job = self._queue[0]
             if jobs and (
                 tokens + job.tokens > self.limits.max_tokens
+                or cost + job.cost > self.limits.max_beam_tokens
                 or len(jobs) >= self.limits.max_requests
             ):
                 break
             self._queue.popleft()
-            self._queued_lines -= len(job.lines)
+            self._queued_lines -= job.segments
             self._queued_tokens -= job.tokens
             # A caller that went away before its batch began is not decoded; once running,
             # a future can no longer be cancelled, so a late disconnect cannot break a batch.
             if job.future.set_running_or_notify_cancel():
                 jobs.append(job)
                 tokens += job.tokens
+                cost += job.cost
         return jobs
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:
@@ -217,9 +244,9 @@ class Batcher:
             group[0].future.set_exception(e)  # its caller hears of it; the worker goes on
             return
         seconds = time.perf_counter() - start
-        speed = len(lines) / max(seconds, 1e-9)
-        self._lines_per_s = (
-            speed if self._lines_per_s == 0 else 0.8 * self._lines_per_s + (0.2 * speed)
+        speed = sum(job.segments for job in group) / max(seconds, 1e-9)
+        self._segments_per_s = (
+            speed if self._segments_per_s == 0 else 0.8 * self._segments_per_s + (0.2 * speed)
         )
         if self._on_batch is not None:  # before the answers, so metrics never lag them
             tokens = sum(job.tokens for job in group)

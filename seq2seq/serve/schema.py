@@ -35,6 +35,10 @@ class RequestLimits:
     max_lines: int = 256
     max_bytes: int = 1_000_000
     max_beam_size: int = 16
+    max_tokens: int = 16_384  # source tokens, once the texts are split into sentences
+    max_beam_tokens: int = 65_536  # source tokens × beam size: what bounds its compute
+    timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
+    body_timeout_s: float = 30.0  # to receive the whole body; past it, 408
 
 
 class TranslateBody(BaseModel):
@@ -141,6 +145,24 @@ def parse_translate_request(
                 422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
             ) from None
     return TranslateRequest(lines, single, _options(req, limits, defaults))
+
+
+def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimits) -> None:
+    """Refuse a request whose texts, split into sentences and encoded, hold too many tokens, or
+    too many for its beam size."""
+    if tokens > limits.max_tokens:
+        name = "text" if req.single else "texts"
+        raise RequestError(
+            413, name, f"{name} has {tokens} source tokens; at most {limits.max_tokens} a request"
+        )
+    beam = req.options.beam_size
+    if tokens * beam > limits.max_beam_tokens:
+        raise RequestError(
+            413,
+            "beam_size",
+            f"{tokens} source tokens × beam_size {beam} = {tokens * beam}; at most "
+            f"{limits.max_beam_tokens} a request (send fewer texts or a smaller beam_size)",
+        )
 
 
 def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeConfig) -> DecodeConfig:

@@ -4,6 +4,7 @@ signal, then a drain of the requests in flight."""
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import socket
 from pathlib import Path
@@ -63,6 +64,11 @@ def serve(
             f"--max-request-lines ({cfg.request.max_lines}) must not exceed --max-queue "
             f"({cfg.batch.max_queue_lines})"
         )
+    if cfg.request.max_beam_tokens > cfg.batch.max_beam_tokens:
+        raise UserError(
+            f"--max-request-beam-tokens ({cfg.request.max_beam_tokens}) must not exceed "
+            f"--max-batch-beam-tokens ({cfg.batch.max_beam_tokens})"
+        )
     sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
     try:
@@ -94,6 +100,9 @@ def serve(
         log_level="warning" if quiet else "info",
         access_log=False,  # one log line per request costs the decoder CPU under load
         lifespan="on",
+        # Every handler ends within the body and request timeouts (408, 504); this bounds a
+        # stop whatever else holds a connection.
+        timeout_graceful_shutdown=shutdown_timeout(cfg),
     )
     server = _uvicorn_server(config, state)
     # uvicorn re-raises the signal that stopped it once it has drained; SIGTERM's default
@@ -107,6 +116,11 @@ def serve(
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
     log.info("stopped")
+
+
+def shutdown_timeout(cfg: ServeConfig) -> int:
+    """Seconds a stop waits for the requests in flight before cancelling them."""
+    return math.ceil(cfg.request.body_timeout_s + cfg.request.timeout_s) + 5
 
 
 def _drained(signum, frame) -> None:
