@@ -187,6 +187,120 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
     }
 
 
+def server_rss_mb(server: ServerProcess) -> float:
+    """Resident memory of the server's Python process (the child of `timeout`), in MB."""
+    pid = server.process.pid
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    status = Path(f"/proc/{children[0] if children else pid}/status").read_text()
+    return int(re.search(r"VmRSS:\s+(\d+)", status).group(1)) / 1024
+
+
+# What the hostile clients send (issue 28): text that sentence splitting would turn into 120,001
+# segments, a multi-line request whose client hangs up before the answer, deeply nested JSON.
+SPLIT_BAIT = json.dumps({"text": "Go now. " * 120_000})
+NESTED = "[" * 200_000
+
+
+async def hostile_clients(url: str, sentences: list[str], end: float, codes: dict) -> None:
+    """Loop the three hostile kinds until `end`, counting the status each got (or `gone`)."""
+    import httpx
+
+    async def loop(kind: str, body: str, timeout: float) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=timeout) as http:
+            while time.perf_counter() < end:
+                try:
+                    answer = await http.post(
+                        "/translate", content=body, headers={"content-type": "application/json"}
+                    )
+                    key = f"{kind} {answer.status_code}"
+                except httpx.TimeoutException:
+                    key = f"{kind} gone"  # the client hung up: its work should be dropped
+                    await asyncio.sleep(0.05)
+                codes[key] = codes.get(key, 0) + 1
+
+    abandoned = json.dumps({"texts": sentences[:64]})
+    await asyncio.gather(
+        loop("split-bait", SPLIT_BAIT, 600),
+        loop("split-bait", SPLIT_BAIT, 600),
+        loop("nested", NESTED, 600),
+        loop("disconnect", abandoned, 0.2),
+        loop("disconnect", abandoned, 0.2),
+    )
+
+
+async def sample_rss(server: ServerProcess, end: float, samples: list[float]) -> None:
+    while time.perf_counter() < end:
+        samples.append(server_rss_mb(server))
+        await asyncio.sleep(0.5)
+
+
+async def load_beside(server: ServerProcess, sentences: list[str], args, hostile: bool) -> dict:
+    """Normal closed-loop clients, alone or beside the hostile ones; server RSS sampled."""
+    end = time.perf_counter() + args.seconds
+    codes: dict[str, int] = {}
+    rss: list[float] = []
+    extra = [sample_rss(server, end, rss)]
+    if hostile:
+        extra.append(hostile_clients(server.url, sentences, end, codes))
+    row, *_ = await asyncio.gather(
+        load(server.url, sentences, args.hostile_clients, args.seconds, args.warmup), *extra
+    )
+    return {
+        **row,
+        "rss_first_mb": rss[0],
+        "rss_peak_mb": max(rss),
+        "rss_last_mb": rss[-1],
+        "hostile": codes,
+    }
+
+
+def hostile_main(run: Path, sentences: list[str], args, env: dict) -> None:
+    """Quiet, then hostile, then quiet again: normal requests' p99 and the server's memory."""
+    server = ServerProcess(
+        run,
+        args.beam_size,
+        ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)],
+        env,
+        args.out / "hostile.log",
+    )
+    rows = []
+    try:
+        asyncio.run(load(server.url, sentences, args.hostile_clients, 3.0, 0.0))
+        for k in range(args.rounds):
+            for phase in ("quiet", "hostile"):
+                row = asyncio.run(load_beside(server, sentences, args, phase == "hostile"))
+                row.update(phase=phase, round=k + 1)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    finally:
+        code = server.stop()
+    quiet = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "quiet")
+    hostile = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "hostile")
+    print(
+        f"\n{args.hostile_clients} normal clients, beam {args.beam_size}, {args.threads} "
+        f"thread(s), {args.seconds:.0f} s a phase, {args.rounds} rounds; server exit {code}"
+    )
+    print(
+        "| round | phase | normal sent/s | p50 ms | p99 ms | errors | RSS first / peak / last MB "
+        "| hostile requests (status: count) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        hostile_codes = ", ".join(f"{k}: {v}" for k, v in sorted(r["hostile"].items())) or "–"
+        print(
+            f"| {r['round']} | {r['phase']} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | "
+            f"{r['p99_ms']:.0f} | {r['errors']} | {r['rss_first_mb']:.0f} / "
+            f"{r['rss_peak_mb']:.0f} / {r['rss_last_mb']:.0f} | {hostile_codes} |"
+        )
+    print(
+        f"\nmedian p99: quiet {quiet:.0f} ms, hostile {hostile:.0f} ms: {hostile / quiet:.2f}× "
+        "(target < 3×)"
+    )
+    (args.out / "hostile.json").write_text(
+        json.dumps({"rows": rows, "p99_quiet_ms": quiet, "p99_hostile_ms": hostile}, indent=2)
+    )
+
+
 def median_row(rows: list[dict]) -> dict:
     """Each figure's median over the rounds."""
     numbers = [k for k, v in rows[0].items() if isinstance(v, (int, float))]
@@ -208,6 +322,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="timed translate passes per round")
     p.add_argument("--threads", type=int, default=1, help="torch threads of translate and server")
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-serve"))
+    p.add_argument(
+        "--hostile",
+        action="store_true",
+        help="instead: normal clients alone and beside hostile ones (split bait, hang-ups, "
+        "nested JSON); their p99 and the server's memory",
+    )
+    p.add_argument("--hostile-clients", type=int, default=8, help="normal clients in --hostile")
     args = p.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -219,6 +340,9 @@ def main() -> None:
     valid = [x.strip() for x in (args.data / "valid.en").read_text("utf-8").splitlines()]
     sentences = [x for x in valid if x][: args.sentences]
     random.Random(1).shuffle(sentences)
+    if args.hostile:
+        hostile_main(run, sentences, args, env)
+        return
 
     # Both servers stay up; the rounds alternate between the systems, so that a change in what
     # else the shared machine runs falls on all of them rather than on one.

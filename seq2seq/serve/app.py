@@ -225,6 +225,10 @@ def _add_translate_route(
             return JSONResponse(e.as_json(), e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is left to read it
+        if await request.is_disconnected():
+            # Gone while its body was prepared: submitting would let the batcher take it
+            # before the disconnect is seen, and decode it for nobody.
+            return Response(status_code=400)
         batcher = state.batcher
         if batcher is None:
             return _unavailable("the model is not loaded yet", 1)

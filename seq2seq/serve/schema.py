@@ -144,6 +144,16 @@ def parse_translate_request(
             raise RequestError(
                 422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
             ) from None
+    # Each whitespace-separated word is at least one SentencePiece piece, so a word count over
+    # the budget refuses a request before sentence splitting and encoding, which take seconds
+    # of CPU (and the GIL) for a megabyte of text.
+    words = sum(len(line.split()) for line in lines)
+    if words > limits.max_tokens:
+        raise RequestError(
+            413,
+            name,
+            f"{name} has {words} words; at most {limits.max_tokens} source tokens a request",
+        )
     return TranslateRequest(lines, single, _options(req, limits, defaults))
 
 
