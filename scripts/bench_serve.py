@@ -201,13 +201,16 @@ SPLIT_BAIT = json.dumps({"text": "Go now. " * 120_000})
 NESTED = "[" * 200_000
 
 
-async def hostile_clients(url: str, sentences: list[str], end: float, codes: dict) -> None:
-    """Loop the three hostile kinds until `end`, counting the status each got (or `gone`)."""
+async def hostile_clients(
+    url: str, sentences: list[str], end: float, codes: dict, rate: float
+) -> None:
+    """Each hostile kind from its own clients, `rate` requests a second each, until `end`;
+    counting the status each got (or `gone`)."""
     import httpx
 
     async def loop(kind: str, body: str, timeout: float) -> None:
         async with httpx.AsyncClient(base_url=url, timeout=timeout) as http:
-            while time.perf_counter() < end:
+            while (sent := time.perf_counter()) < end:
                 try:
                     answer = await http.post(
                         "/translate", content=body, headers={"content-type": "application/json"}
@@ -215,8 +218,8 @@ async def hostile_clients(url: str, sentences: list[str], end: float, codes: dic
                     key = f"{kind} {answer.status_code}"
                 except httpx.TimeoutException:
                     key = f"{kind} gone"  # the client hung up: its work should be dropped
-                    await asyncio.sleep(0.05)
                 codes[key] = codes.get(key, 0) + 1
+                await asyncio.sleep(max(0.0, sent + 1 / rate - time.perf_counter()))
 
     abandoned = json.dumps({"texts": sentences[:64]})
     await asyncio.gather(
@@ -241,7 +244,7 @@ async def load_beside(server: ServerProcess, sentences: list[str], args, hostile
     rss: list[float] = []
     extra = [sample_rss(server, end, rss)]
     if hostile:
-        extra.append(hostile_clients(server.url, sentences, end, codes))
+        extra.append(hostile_clients(server.url, sentences, end, codes, args.hostile_rate))
     row, *_ = await asyncio.gather(
         load(server.url, sentences, args.hostile_clients, args.seconds, args.warmup), *extra
     )
@@ -277,7 +280,8 @@ def hostile_main(run: Path, sentences: list[str], args, env: dict) -> None:
     quiet = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "quiet")
     hostile = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "hostile")
     print(
-        f"\n{args.hostile_clients} normal clients, beam {args.beam_size}, {args.threads} "
+        f"\n{args.hostile_clients} normal clients (5 hostile ones at {args.hostile_rate:g}/s "
+        f"each), beam {args.beam_size}, {args.threads} "
         f"thread(s), {args.seconds:.0f} s a phase, {args.rounds} rounds; server exit {code}"
     )
     print(
@@ -329,6 +333,13 @@ def main() -> None:
         "nested JSON); their p99 and the server's memory",
     )
     p.add_argument("--hostile-clients", type=int, default=8, help="normal clients in --hostile")
+    p.add_argument(
+        "--hostile-rate",
+        type=float,
+        default=2.0,
+        help="requests a second from each of the 5 hostile clients (2 split bait, 1 nested "
+        "JSON, 2 hanging up after 0.2 s)",
+    )
     args = p.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ step.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -53,18 +54,26 @@ def length_penalty(length, alpha: float, norm: str = "gnmt"):
     raise ValueError(f"length_norm must be one of {LENGTH_NORMS}, not {norm!r}")
 
 
+# Which sentences of a batch nobody waits for any more (a server's client went away): asked
+# every POLL_STEPS steps, a Python call and no device sync; those sentences stop there and get
+# an empty hypothesis.
+Dropped = Callable[[], Sequence[bool]]
+POLL_STEPS = 8
+
+
 def decode(
     model: Transformer,
     src: torch.Tensor,
     options: DecodeConfig,
     *,
     special: SpecialIds = DEFAULT_IDS,
+    dropped: Dropped | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise. A new decoding mode is a
     branch here and a field of DecodeConfig."""
     src_mask = padding_mask(src, special.pad)
-    caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b}
+    caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b, "dropped": dropped}
     if options.beam_size == 1:
         found = greedy(
             model,
@@ -133,6 +142,7 @@ def greedy(
     alpha: float = 0.0,
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
+    dropped: Dropped | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, one hypothesis per sentence."""
     eos = special.eos
@@ -152,6 +162,8 @@ def greedy(
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == eos
+        if dropped is not None and t % POLL_STEPS == POLL_STEPS - 1:
+            ended = ended | _dropped_rows(dropped, alive)
         keep = _still_decoding(ended)
         if keep.numel() < alive.numel():  # known from the step's one read-back
             lengths[alive[ended]] = t + 1
@@ -183,6 +195,7 @@ def beam_search(
     nbest: int = 1,
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
+    dropped: Dropped | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
     `nbest` best hypotheses of each sentence, best first.
@@ -238,6 +251,8 @@ def beam_search(
 
         # Done: k finished, at the cap, or no open hypothesis left.
         done = (best[:, -1] > -math.inf) | (t + 1 >= limits[active]) | ~(scores > -math.inf).any(1)
+        if dropped is not None and t % POLL_STEPS == POLL_STEPS - 1:
+            done = done | _dropped_rows(dropped, active)
         keep = _still_decoding(done)
         if keep.numel() == 0:
             break
@@ -246,7 +261,13 @@ def beam_search(
             active, scores = active[keep], scores[keep]
             history, ids = history[keep_rows], ids[keep_rows]
             cache.keep(keep)
-    return _ranked(finished, nbest)
+    return _ranked(finished, nbest, dropped=[] if dropped is None else dropped())
+
+
+def _dropped_rows(dropped: Dropped, rows: torch.Tensor) -> torch.Tensor:
+    """Which of `rows` (original sentence indices, on the device) nobody waits for."""
+    gone = torch.tensor(list(dropped()), dtype=torch.bool)
+    return gone.to(rows.device, non_blocking=True)[rows]
 
 
 def _best_continuations(
@@ -319,8 +340,11 @@ class _Finished:
         return best
 
 
-def _ranked(finished: _Finished, nbest: int) -> list[list[Hypothesis]]:
-    """Each sentence's `nbest` best finished hypotheses, best first (one device read)."""
+def _ranked(
+    finished: _Finished, nbest: int, dropped: Sequence[bool] = ()
+) -> list[list[Hypothesis]]:
+    """Each sentence's `nbest` best finished hypotheses, best first (one device read); a
+    dropped sentence without any gets an empty one."""
     out, empty = [], []
     f = finished
     rows = zip(f.score.tolist(), f.log_prob.tolist(), f.length.tolist(), f.tokens.tolist())
@@ -330,6 +354,8 @@ def _ranked(finished: _Finished, nbest: int) -> list[list[Hypothesis]]:
             for j in range(len(s))
             if s[j] > -math.inf
         ]
+        if not hyps and i < len(dropped) and dropped[i]:
+            hyps = [Hypothesis([], 0.0, 0.0)]
         out.append(hyps[:nbest])  # already best first
         if not hyps:
             empty.append(i)

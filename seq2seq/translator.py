@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -86,19 +88,25 @@ class Translator:
             pieces[i].append(tuple(seq))
         return [Source(tuple(p)) for p in pieces]
 
-    def translate_sources(self, sources: list[Source]) -> list[list[tuple[str, float]]]:
-        """`translate_nbest` of lines already prepared (split and encoded)."""
+    def translate_sources(
+        self, sources: list[Source], wanted: Callable[[int], bool] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """`translate_nbest` of lines already prepared (split and encoded). `wanted(i)`, asked
+        while decoding, says whether line i's result is still awaited; the lines it gives up
+        on stop early and come back empty."""
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
         ids, owner = [], []  # what is decoded, and the line each piece belongs to
         for i, source in enumerate(sources):
             ids += [list(seq) for seq in source.segments]
             owner += [i] * len(source.segments)
-        found = self._search(ids, owner)
+        found = self._search(ids, owner, wanted)
         by_line: dict[int, list[list[Hypothesis]]] = {}
         for i, hyps in zip(owner, found):
             by_line.setdefault(i, []).append(hyps)
         alpha, norm = self.decode.length_penalty, self.decode.length_norm
         for i, pieces in by_line.items():
+            if wanted is not None and not wanted(i):
+                continue  # stopped part-way: whatever the search holds is not a translation
             hyps = pieces[0] if len(pieces) == 1 else [_joined([p[0] for p in pieces], alpha, norm)]
             texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
             # Never a newline inside an output line.
@@ -120,15 +128,24 @@ class Translator:
                 ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
         return ids
 
-    def _search(self, ids: list[list[int]], owner: list[int]) -> list[list[Hypothesis]]:
+    def _search(
+        self, ids: list[list[int]], owner: list[int], wanted: Callable[[int], bool] | None = None
+    ) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
         try:
             for chunk in self._batches(ids):
+                dropped = None
+                if wanted is not None:
+                    dropped = partial(_unwanted, wanted, [owner[j] for j in chunk])
+                    if all(dropped()):
+                        for j in chunk:
+                            found[j] = [Hypothesis([], 0.0, 0.0)]
+                        continue
                 try:
-                    results = self._decode_batch([ids[j] for j in chunk])
+                    results = self._decode_batch([ids[j] for j in chunk], dropped)
                 except SearchError as e:
                     bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
                     raise UserError(
@@ -160,7 +177,7 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
+    def _decode_batch(self, ids: list[list[int]], dropped=None) -> list[list[Hypothesis]]:
         special = self.tokenizer.ids
         src = pad(ids, pad_id=special.pad).to(self.device)
         amp = (
@@ -169,7 +186,11 @@ class Translator:
             else nullcontext()
         )
         with amp:
-            return decode(self.model, src, self.decode, special=special)
+            return decode(self.model, src, self.decode, special=special, dropped=dropped)
+
+
+def _unwanted(wanted: Callable[[int], bool], lines: list[int]) -> list[bool]:
+    return [not wanted(i) for i in lines]
 
 
 def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:

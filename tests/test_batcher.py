@@ -23,7 +23,7 @@ class FakeDecoder:
         self.release.set()
         self.started = threading.Event()
 
-    def __call__(self, lines, options):
+    def __call__(self, lines, options, wanted=None):
         self.calls.append((list(lines), options))
         self.started.set()
         assert self.release.wait(10)
@@ -173,8 +173,45 @@ def test_a_cancelled_request_is_not_decoded_and_its_batch_still_is(decoder):
     assert ["gone"] not in [lines for lines, _ in decoder.calls]
 
 
+def test_a_cancelled_request_leaves_the_queue_bound_at_once(decoder):
+    decoder.release.clear()
+    batcher = _batcher(decoder, max_queue_lines=4)
+    batcher.submit(["busy"], GREEDY, 1)
+    assert decoder.started.wait(5)
+    gone = batcher.submit(["One. Two. Three."], GREEDY, 9, segments=3)
+    with pytest.raises(QueueFull):
+        batcher.submit(["Four. Five."], GREEDY, 6, segments=2)
+    assert gone.cancel()
+    assert batcher.queued_lines == 0  # while the worker is still busy with the first batch
+    kept = batcher.submit(["Four. Five."], GREEDY, 6, segments=2)
+    decoder.release.set()
+    assert kept.result(5) == [[("FOUR. FIVE.", 0.0)]]
+    batcher.stop()
+
+
+def test_an_abandoned_request_being_decoded_is_no_longer_wanted_by_the_decoder():
+    started, release, asked = threading.Event(), threading.Event(), []
+
+    def decode(lines, options, wanted):
+        started.set()
+        assert release.wait(5)
+        asked.extend(wanted(i) for i in range(len(lines)))  # what a search poll sees
+        return [[(line, 0.0)] for line in lines]
+
+    batcher = Batcher(decode, BatchLimits(window_s=0.05)).start()
+    gone = batcher.submit(["a", "b"], GREEDY, 2)
+    kept = batcher.submit(["c"], GREEDY, 1)
+    assert started.wait(5)
+    gone.abandon()  # too late to cancel: it is being decoded
+    assert not gone.cancelled() and gone.abandoned
+    release.set()
+    assert kept.result(5) == [[("c", 0.0)]]
+    assert asked == [False, False, True]
+    batcher.stop()
+
+
 def test_a_decoder_error_reaches_its_callers_and_the_worker_goes_on():
-    def flaky(lines, options):
+    def flaky(lines, options, wanted=None):
         if "boom" in lines:
             raise RuntimeError("decoder broke")
         return [[(line, 0.0)] for line in lines]
@@ -189,7 +226,7 @@ def test_a_decoder_error_reaches_its_callers_and_the_worker_goes_on():
 def test_when_a_batch_fails_its_requests_are_retried_one_by_one_and_only_the_bad_one_fails():
     calls = []
 
-    def flaky(lines, options):
+    def flaky(lines, options, wanted=None):
         calls.append(list(lines))
         if "boom" in lines:
             raise RuntimeError("the model's scores are not finite for input line(s) 2")

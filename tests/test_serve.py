@@ -242,7 +242,7 @@ def test_a_failed_translation_is_a_500_that_tells_nothing_internal(run_dir, monk
 
     secret = "the model's scores are not finite for input line(s) 3, 7 of another client"
 
-    def failing(lines, options):
+    def failing(lines, options, wanted=None):
         raise RuntimeError(secret)
 
     logged: list[str] = []
@@ -354,6 +354,15 @@ def test_a_text_of_many_sentences_is_held_to_the_token_limit_sentence_by_sentenc
     assert server.translate(text=TEXTS[0]).status_code == 200
 
 
+def test_lines_nobody_waits_for_come_back_empty_and_the_others_unchanged(run_dir):
+    translator, _ = load_translator(run_dir, device="cpu")
+    sources = translator.prepare([TEXTS[0], LONG, TEXTS[2]])
+    full = translator.translate_sources(sources)
+    found = translator.translate_sources(sources, wanted=lambda i: i != 1)
+    assert found[0] == full[0] and found[2] == full[2]
+    assert found[1] == [("", 0.0)]
+
+
 def test_requests_are_parsed_split_and_encoded_once_off_the_event_loop(run_dir, monkeypatch):
     import asyncio
 
@@ -390,7 +399,7 @@ def test_past_the_request_timeout_the_answer_is_504_and_a_queued_request_is_drop
 ):
     release, decoded = threading.Event(), []
 
-    def slow(lines, options):
+    def slow(lines, options, wanted=None):
         decoded.append(len(lines))
         assert release.wait(10)
         return [[("x", 0.0)] for _ in lines]

@@ -16,7 +16,6 @@ import logging
 import math
 import time
 import uuid
-from concurrent.futures import Future
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
 from ..translator import Source, Translator
-from .batcher import Batcher, BatchLimits, Hypotheses, OverBudget, QueueFull, Stopped
+from .batcher import Batcher, BatchLimits, Hypotheses, JobFuture, OverBudget, QueueFull, Stopped
 from .schema import (
     RequestError,
     RequestLimits,
@@ -52,12 +51,12 @@ class ServeConfig:
 def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
-    def decode(sources: list[Source], options: DecodeConfig) -> list[Hypotheses]:
+    def decode(sources: list[Source], options: DecodeConfig, wanted) -> list[Hypotheses]:
         # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
         # holds; only its decode settings change.
         t = copy.copy(translator)
         t.decode = options
-        return t.translate_sources(sources)
+        return t.translate_sources(sources, wanted)
 
     return decode
 
@@ -260,11 +259,11 @@ class _ClientGone(Exception):
     """The client closed its connection before its answer."""
 
 
-async def _outcome(request, future: Future, deadline: float):
+async def _outcome(request, future: JobFuture, deadline: float):
     """The future's result, unless the client goes away (_ClientGone) or the deadline
     (`time.perf_counter()`) passes first (TimeoutError). Then, or should this handler be
-    cancelled, a request still queued is cancelled, so the decoder skips it; one being decoded
-    finishes (a batch is never broken) and its answer is dropped."""
+    cancelled, the request is abandoned: the decoder skips it if still queued, or stops
+    decoding its lines within a few steps (the rest of its batch goes on)."""
     result = asyncio.wrap_future(future)
     gone = asyncio.ensure_future(_disconnected(request))
     try:
@@ -276,7 +275,7 @@ async def _outcome(request, future: Future, deadline: float):
     finally:
         gone.cancel()
         if not result.done():
-            future.cancel()
+            future.abandon()
             result.cancel()
     if result in done:
         return result.result()

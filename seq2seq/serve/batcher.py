@@ -70,18 +70,31 @@ class Stopped(Exception):
     """The batcher no longer takes requests (the server is shutting down)."""
 
 
-@dataclass
+class JobFuture(Future):
+    """A request's future; `abandon()` when nobody waits for it any more."""
+
+    abandoned = False
+
+    def abandon(self) -> None:
+        """Cancel it if still queued, else let its decoding stop at the next poll."""
+        if not self.cancel():
+            self.abandoned = True
+
+
+@dataclass(eq=False)  # jobs are told apart by identity (queue removal)
 class _Job:
     lines: list  # what the decode function takes: text, or lines prepared for it
     options: DecodeConfig  # requests decoded together share these
     tokens: int
     segments: int  # sentences, what the queue's bound and the decoding speed count
     cost: int  # tokens × beam size, what the batch's compute budget counts
-    future: Future = field(default_factory=Future)
+    future: JobFuture = field(default_factory=JobFuture)
     arrived: float = field(default_factory=time.monotonic)
 
 
-Decode = Callable[[list, DecodeConfig], list[Hypotheses]]
+# lines, their options, and `wanted(i)`: whether line i's caller still waits (a decode function
+# may stop early on the lines it does not and give them any result).
+Decode = Callable[[list, DecodeConfig, Callable[[int], bool]], list[Hypotheses]]
 
 
 class Batcher:
@@ -124,7 +137,7 @@ class Batcher:
 
     def submit(
         self, lines: list, options: DecodeConfig, tokens: int, *, segments: int | None = None
-    ) -> Future:
+    ) -> JobFuture:
         """Queue lines for decoding; the future's result is one hypothesis list per line.
 
         `segments`: the sentences they hold once split (default: one a line), which is what
@@ -145,7 +158,22 @@ class Batcher:
             self._queued_lines += segments
             self._queued_tokens += tokens
             self._cond.notify()
+        job.future.add_done_callback(lambda future: self._forget(job))
         return job.future
+
+    def _forget(self, job: _Job) -> None:
+        # A cancelled request leaves the queue at once: waiting for the worker to reach it
+        # would let clients that hang up fill the queue's bound (503 for everyone) with work
+        # nobody will decode.
+        if not job.future.cancelled():
+            return
+        with self._cond:
+            try:
+                self._queue.remove(job)
+            except ValueError:
+                return  # taken already, and counted out there
+            self._queued_lines -= job.segments
+            self._queued_tokens -= job.tokens
 
     def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, decode those already queued, and end the worker."""
@@ -225,9 +253,10 @@ class Batcher:
         """Decode the group in one call; should that fail, each request on its own, so that
         one request's bad input (a NaN, an error) fails that request alone."""
         lines = [line for job in group for line in job.lines]
+        owners = [job for job in group for _ in job.lines]
         start = time.perf_counter()
         try:
-            results = self._decode(lines, options)
+            results = self._decode(lines, options, lambda i: not owners[i].future.abandoned)
             if len(results) != len(lines):
                 raise RuntimeError(f"decoder gave {len(results)} results for {len(lines)}")
         except Exception as e:
