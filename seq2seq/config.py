@@ -244,6 +244,12 @@ class TrainConfig(_Strict):
         "checkpoints/average.safetensors and validate it; it becomes the best checkpoint when it "
         "scores better (0: off; needs keep_last ≥ N).",
     )
+    ema_decay: Annotated[float, Field(gt=0.0, lt=1.0)] | None = Field(
+        None,
+        description="Keep an exponential moving average of the weights with this decay (e.g. "
+        "0.999) and hand it on: validation, the best checkpoint and every checkpoint's weights "
+        "are the average; the raw weights ride in the trainer state for --resume (null: off).",
+    )
     valid_bleu_sentences: Annotated[int, Field(ge=0)] = Field(
         500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
     )

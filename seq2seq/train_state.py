@@ -34,15 +34,20 @@ def snapshot(
     scheduler,
     scaler: torch.amp.GradScaler,
     rng: list[dict[str, Any]],
+    raw_weights: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """The trainer state of a checkpoint: `rng` holds every process's random state."""
-    return {
+    """The trainer state of a checkpoint: `rng` holds every process's random state;
+    `raw_weights` the weights training goes on from when the weights file holds their EMA."""
+    saved = {
         "train": asdict(state, dict_factory=_without_runtime_fields),
         "optimizer": optimizer.state_dict(),
         "scheduler": scheduler.state_dict(),
         "scaler": scaler.state_dict(),
         "rng": rng,
     }
+    if raw_weights is not None:
+        saved["raw_weights"] = raw_weights
+    return saved
 
 
 def restore(

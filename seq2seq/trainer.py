@@ -12,7 +12,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import torch
@@ -274,6 +274,8 @@ class _Loop:
         self.scaler.update()
         self._zero_grad()
         self.scheduler.step()
+        if self.training.ema is not None:
+            self.training.ema.update(self.model)
         self.state.step += 1
         self.window.count(global_tokens, local_tokens)
         # Asked after the update, so a signal or the deadline during it makes it the last.
@@ -317,7 +319,8 @@ class _Loop:
             if self.data.valid is None:
                 return False
             start = time.perf_counter()
-            stop = self.validator.validate(self.state)
+            with self._handed_on():
+                stop = self.validator.validate(self.state)
             self.window.pause(time.perf_counter() - start)  # tok/s counts training only
             return stop
 
@@ -328,17 +331,29 @@ class _Loop:
         rng = distributed.gather(rng_state(), self.info)  # every process's dropout stream
 
         def write() -> None:
-            state = snapshot(
-                state=self.state,
-                optimizer=self.optimizer,
-                scheduler=self.scheduler,
-                scaler=self.scaler,
-                rng=rng,
-            )
-            save_checkpoint(self.run_dir, self.state.step, self.model, state)
+            with self._handed_on() as raw:
+                state = snapshot(
+                    state=self.state,
+                    optimizer=self.optimizer,
+                    scheduler=self.scheduler,
+                    scaler=self.scaler,
+                    rng=rng,
+                    raw_weights=raw,
+                )
+                save_checkpoint(self.run_dir, self.state.step, self.model, state)
             prune(self.run_dir, self.tc.keep_last)
 
         elastic.on_main(write, self.info)
+
+    @contextmanager
+    def _handed_on(self) -> Iterator[dict | None]:
+        """The weights a run hands on, in the model inside: their EMA when train.ema_decay is
+        set (yielding the raw weights, which resume needs), else the weights as they are."""
+        if self.training.ema is None:
+            yield None
+            return
+        with self.training.ema.applied(self.model) as raw:
+            yield raw
 
 
 def accumulate_gradients(

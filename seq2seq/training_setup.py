@@ -16,6 +16,7 @@ from . import distributed
 from .checkpoint import Checkpoint, load_state, load_weights
 from .config import Config
 from .data import Prepared, prepare_data
+from .ema import WeightEMA, load_raw_weights
 from .errors import UserError
 from .loss import TranslationLoss
 from .model import count_parameters
@@ -60,6 +61,7 @@ class Training:
     state: TrainState
     info: distributed.Dist
     metrics: MetricsLog
+    ema: WeightEMA | None = None  # the weights' moving average, when train.ema_decay is set
 
     def autocast(self) -> AbstractContextManager:
         """The autocast context of the run's precision (none for fp32)."""
@@ -149,8 +151,9 @@ def set_up(run: RunStart, model: torch.nn.Module) -> Training:
     scheduler = inverse_sqrt_scheduler(optimizer, tc.warmup_steps)
     scaler = torch.amp.GradScaler(device.type, enabled=run.amp_dtype == torch.float16)
     state = TrainState()
+    ema = WeightEMA(model, cfg.train.ema_decay) if cfg.train.ema_decay else None
     if run.latest is not None:
-        state = _resume(run, model, optimizer, scheduler, scaler)
+        state = _resume(run, model, optimizer, scheduler, scaler, ema)
     metrics = _open_metrics(run, state)
     log.info(
         "model: %s parameters; device %s%s%s",
@@ -173,10 +176,11 @@ def set_up(run: RunStart, model: torch.nn.Module) -> Training:
         state=state,
         info=info,
         metrics=metrics,
+        ema=ema,
     )
 
 
-def _resume(run: RunStart, model, optimizer, scheduler, scaler) -> TrainState:
+def _resume(run: RunStart, model, optimizer, scheduler, scaler, ema) -> TrainState:
     latest = run.latest
     load_weights(model, latest.weights)
     saved = load_state(latest.state)
@@ -184,6 +188,13 @@ def _resume(run: RunStart, model, optimizer, scheduler, scaler) -> TrainState:
         state = restore(
             saved, optimizer=optimizer, scheduler=scheduler, scaler=scaler, info=run.info
         )
+        if ema is not None and "raw_weights" in saved:
+            ema.load_raw(model, saved["raw_weights"])
+        elif ema is not None:  # EMA switched on at this resume: it starts from these weights
+            ema.reset(model)
+        elif "raw_weights" in saved:
+            # EMA switched off at this resume: go on from the raw weights, not their average.
+            load_raw_weights(model, saved["raw_weights"])
     except (KeyError, TypeError, ValueError, RuntimeError) as e:
         raise UserError(f"{latest.state} is not a trainer state that can be resumed: {e}") from None
     log.info("resumed from %s (step %d)", latest.weights, state.step)

@@ -96,6 +96,43 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, cor
     ][0].items()
 
 
+def test_with_ema_a_run_hands_on_the_average_and_resumes_exactly(tmp_path, corpus):
+    ema = {"ema_decay": 0.9}
+    whole = _config(tmp_path, corpus, run="whole", train=ema)
+    train(whole, progress=False)
+    train(_config(tmp_path, corpus, run="legs", train={**ema, "max_steps": 4}), progress=False)
+    train(_config(tmp_path, corpus, run="legs", train=ema), resume=True, progress=False)
+    a, b = _weights(tmp_path / "whole"), _weights(tmp_path / "legs")
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+
+    # The weights file is the average; the raw weights it averages ride in the trainer state.
+    latest = latest_checkpoint(tmp_path / "whole")
+    raw = load_state(latest.state)["raw_weights"]
+    shared = [n for n in raw if n in a]  # tied weights are stored once, under one name
+    assert len(shared) > len(raw) // 2
+    moved = [n for n in shared if not torch.equal(raw[n], a[n])]
+    assert moved, "the average should differ from the raw weights"
+    # And the best checkpoint (validated) is an average too, never the raw weights.
+    best = load_file(str(tmp_path / "whole" / "checkpoints" / "best.safetensors"))
+    assert any(not torch.equal(best[n], raw[n]) for n in shared)
+
+
+def test_ema_is_the_decayed_average_of_the_weights_after_each_update():
+    from seq2seq.ema import WeightEMA
+
+    model = torch.nn.Linear(3, 2)
+    ema = WeightEMA(model, decay=0.5)
+    start = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.add_(2.0)
+    ema.update(model)
+    with ema.applied(model) as raw:
+        assert torch.allclose(model.weight, start + 1.0)  # 0.5 · start + 0.5 · (start + 2)
+        assert torch.equal(raw["weight"], start + 2.0)
+    assert torch.equal(model.weight, start + 2.0)  # the raw weights are back after
+
+
 def test_a_run_with_checkpoints_is_not_overwritten_without_resume(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"max_steps": 4})
     train(cfg, progress=False)
