@@ -9,9 +9,12 @@ hypothesis, its 2k best tokens plus the next token of each unmet constraint; a c
 the number of constraint tokens it has produced (met terms whole, plus its longest partial
 term). The k that go on are taken round robin over banks, best bank first, so hypotheses that
 made progress are not crowded out by freer ones. EOS is blocked until all constraints are met,
-and a met term cannot be completed a second time. At the length cap every hypothesis must end:
-a term that did not fit is reported unmet (finished hypotheses rank by fewest unmet, then
-score). The output cap is raised by the constraints' tokens, within the model's positions.
+and a met term cannot be completed a second time. Given the target pieces that would glue onto
+the word before them (`glue`: no leading "▁", a letter or digit first), the token after a term
+starts a new word, so "parapluie" does not become "parapluies" and stop being the term.
+At the length cap every hypothesis must end: a term that did not fit is reported unmet
+(finished hypotheses rank by fewest unmet, then score). The output cap is raised by the
+constraints' tokens, within the model's positions.
 
 A term inside another term of the same sentence ("7" in "37 37 7") is kept by the longer one
 and not tracked on its own (it could not appear exactly once otherwise had it come first).
@@ -77,6 +80,7 @@ def constrained_beam_search(
     nbest: int = 1,
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
+    glue: torch.Tensor | None = None,
 ) -> list[list[ConstrainedHypothesis]]:
     """Beam search (as `search.beam_search`) whose outputs hold each sentence's constraints
     (token-id sequences) once; the `nbest` best of each sentence, best first."""
@@ -100,6 +104,7 @@ def constrained_beam_search(
     scores[:, 0] = 0.0
     pos = torch.zeros(batch * k, terms.size(1), dtype=torch.long, device=device)
     met = (term_len == 0).repeat_interleave(k, dim=0)  # padding constraints count as met
+    just_met = torch.zeros(batch * k, dtype=torch.bool, device=device)  # a term ended last step
     history = torch.empty(batch * k, 0, dtype=torch.long, device=device)
     ids = torch.full((batch * k,), special.start, dtype=torch.long, device=device)
     for t in range(steps):
@@ -109,6 +114,8 @@ def constrained_beam_search(
         logits, norm = _next_token_scores(model, ids, cache, never)
         at_cap = t + 1 >= limits[active]
         _block(logits, pos, met, rows_terms, rows_len, eos, at_cap.repeat_interleave(k))
+        if glue is not None:
+            logits.masked_fill_(just_met.unsqueeze(1) & glue.to(device).unsqueeze(0), -math.inf)
         cand = _candidates(logits, norm, scores, pos, met, rows_terms, rows_len, at_cap, eos)
         order = _allocation(cand.total, cand.bank)[:, : 2 * k]
         pick = {name: v.gather(1, order) for name, v in cand.flat().items()}
@@ -131,7 +138,9 @@ def constrained_beam_search(
         chosen = order.gather(1, go)
         rows = pick["row"].gather(1, go).view(-1)
         ids = pick["token"].gather(1, go).view(-1)
-        pos, met = cand.pos_of(chosen).view(n * k, -1), cand.met_of(chosen).view(n * k, -1)
+        new_met = cand.met_of(chosen).view(n * k, -1)
+        just_met = (new_met & ~met[rows]).any(1)
+        pos, met = cand.pos_of(chosen).view(n * k, -1), new_met
         history = torch.cat([history[rows], ids.unsqueeze(1)], dim=1)
         cache.reorder(rows)
 
@@ -143,7 +152,7 @@ def constrained_beam_search(
             keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
             active, scores = active[keep], scores[keep]
             history, ids = history[keep_rows], ids[keep_rows]
-            pos, met = pos[keep_rows], met[keep_rows]
+            pos, met, just_met = pos[keep_rows], met[keep_rows], just_met[keep_rows]
             cache.keep(keep)
     found = finished.ranked(nbest, term_len)
     for hyps, cs, ks in zip(found, constraints, kept):

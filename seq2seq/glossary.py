@@ -176,3 +176,14 @@ def term_ids(encode_tgt, terms: list[str], where: str, unk: int) -> tuple[tuple[
             raise UserError(f"{where}: target term {term!r} has pieces the model cannot output")
         out.append(tuple(ids))
     return tuple(out)
+
+
+def term_use(hypotheses: list[str], terms: list[list[str]]) -> dict[str, float]:
+    """How many of each line's target terms its hypothesis holds (whole words, as written)."""
+    total = used = 0
+    for hyp, line_terms in zip(hypotheses, terms):
+        for term in line_terms:
+            total += 1
+            body = r"\s+".join(map(re.escape, term.split()))
+            used += re.search(rf"(?<!{_WORD}){body}(?!{_WORD})", hyp) is not None
+    return {"terms": total, "used": used, "rate": used / total if total else 1.0}

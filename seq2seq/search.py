@@ -60,11 +60,13 @@ def decode(
     *,
     special: SpecialIds = DEFAULT_IDS,
     constraints: list[tuple[tuple[int, ...], ...]] | None = None,
+    glue: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise, constrained beam search when
-    a sentence has `constraints` (target token sequences its output must hold). A new decoding
-    mode is a branch here and a field of DecodeConfig."""
+    a sentence has `constraints` (target token sequences its output must hold; `glue`: the
+    target pieces that continue a word, kept from right after a term). A new decoding mode is
+    a branch here and a field of DecodeConfig."""
     src_mask = padding_mask(src, special.pad)
     caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b}
     if constraints is not None and any(constraints):
@@ -81,6 +83,7 @@ def decode(
             nbest=options.nbest,
             length_norm=options.length_norm,
             special=special,
+            glue=glue,
         )
     if options.beam_size == 1:
         found = greedy(

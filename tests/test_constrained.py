@@ -180,6 +180,22 @@ def test_nbest_constrained_hypotheses_are_distinct_and_rank_by_fewest_unmet_then
         assert all(_count(h.tokens, term) == 1 for h in hyps if not h.unmet)
 
 
+def test_the_token_after_a_term_is_never_one_that_glues_onto_it():
+    model, src = _model(9), _sources(9, batch=4)
+    glue = torch.zeros(40, dtype=torch.bool)
+    glue[20:40] = True  # say ids 20-39 continue the word before them
+    constraints = [((5,),), ((6, 7),), ((8,), (9, 10)), ((11,),)]
+    found = _search(model, src, constraints, glue=glue)
+    for terms, (best,) in zip(constraints, found):
+        assert best.unmet == ()
+        for term in terms:
+            (at,) = [
+                i for i in range(len(best.tokens)) if tuple(best.tokens[i : i + len(term)]) == term
+            ]
+            after = best.tokens[at + len(term) : at + len(term) + 1]
+            assert not after or after[0] < 20
+
+
 def test_greedy_search_with_constraints_says_a_beam_of_two_is_needed():
     model, src = _model(8), _sources(8)
     with pytest.raises(ValueError, match="beam size of at least 2"):
