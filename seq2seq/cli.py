@@ -547,6 +547,7 @@ def serve(
     request_timeout: RequestTimeout = 60.0,
     body_timeout: BodyTimeout = 30.0,
     threads: Threads = None,
+    glossary: GlossaryFile = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
@@ -600,6 +601,7 @@ def serve(
         decode=decode,
         threads=threads,
         quiet=bool(_options(ctx).get("quiet")),
+        glossary=glossary,
     )
 
 

@@ -187,3 +187,14 @@ def term_use(hypotheses: list[str], terms: list[list[str]]) -> dict[str, float]:
             body = r"\s+".join(map(re.escape, term.split()))
             used += re.search(rf"(?<!{_WORD}){body}(?!{_WORD})", hyp) is not None
     return {"terms": total, "used": used, "rate": used / total if total else 1.0}
+
+
+def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str) -> Glossary:
+    """`base` (a server's default glossary) with `pairs` added; a pair's source term given
+    in both takes the target of `pairs`."""
+    extra = make_glossary(pairs, origin=origin)
+    if base is None:
+        return extra
+    own = {_key(source) for source, _ in extra.pairs}
+    kept = [(s, t) for s, t in base.pairs if _key(s) not in own]
+    return make_glossary(kept + list(extra.pairs), origin=origin)

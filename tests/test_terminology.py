@@ -112,3 +112,75 @@ def test_evaluate_with_a_glossary_reports_the_term_use_rate(trained_tiny_run, tm
     report = json.loads(report_path.read_text())
     assert report["terminology"] == {"terms": 2, "used": 2, "rate": 1.0}
     assert "terms used: 2 of 2" in result.stdout
+
+
+def _app(run, glossary=None):
+    """The server's app in this process (FastAPI's TestClient), with a default glossary."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+
+    translator, path = load_translator(run, device="cpu")
+    translator.glossary = glossary
+    cfg = serve_app.ServeConfig()
+    info = serve_app.run_info(run, path, translator, cfg)
+    return TestClient(serve_app.create_app(translator, info, cfg))
+
+
+def test_serve_keeps_a_requests_glossary_terms_and_only_for_that_request(trained_tiny_run):
+    texts = ["The umbrella is blue.", "You want one big chair."]
+    with _app(trained_tiny_run) as client:
+        body = {"texts": texts, "glossary": [["umbrella", "parapluie"], ["chair", "chaise"]]}
+        kept = client.post("/translate", json=body)
+        plain = client.post("/translate", json={"texts": texts})
+    assert kept.status_code == 200, kept.text
+    first, second = kept.json()["translations"]
+    assert _once("parapluie", first) and _once("chaise", second)
+    load = load_translator(trained_tiny_run, device="cpu")[0]
+    assert plain.json()["translations"] == load.translate(texts)
+
+
+def test_serve_applies_its_default_glossary_and_a_request_overrides_a_term(trained_tiny_run):
+    default = make_glossary([("umbrella", "parapluie"), ("chair", "chaise")])
+    with _app(trained_tiny_run, default) as client:
+        both = client.post("/translate", json={"text": "The umbrella and the chair."})
+        override = client.post(
+            "/translate",
+            json={"text": "The umbrella and the chair.", "glossary": [["Chair", "siège"]]},
+        )
+    text = both.json()["translation"]
+    assert _once("parapluie", text) and _once("chaise", text)
+    text = override.json()["translation"]
+    assert _once("parapluie", text) and _once("siège", text) and "chaise" not in text
+
+
+@pytest.mark.parametrize(
+    "body, field, message",
+    [
+        ({"text": "a", "glossary": [["umbrella"]]}, "glossary[0]", "pair"),
+        ({"text": "a", "glossary": [["", "x"]]}, "glossary", "source term is empty"),
+        ({"text": "a", "glossary": "umbrella"}, "glossary", "list"),
+        (
+            {"text": "The umbrella.", "glossary": [["umbrella", "parapluie"]], "beam_size": 1},
+            "glossary",
+            "beam size of at least 2",
+        ),
+    ],
+)
+def test_a_bad_request_glossary_is_a_422_naming_the_field(trained_tiny_run, body, field, message):
+    with _app(trained_tiny_run) as client:
+        answer = client.post("/translate", json=body)
+    assert answer.status_code == 422
+    assert answer.json()["field"] == field
+    assert message in answer.json()["error"]
+
+
+def test_serve_with_a_bad_glossary_file_is_one_error_line(trained_tiny_run, tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("umbrella\n", encoding="utf-8")
+    result = _cli("serve", "--run", str(trained_tiny_run), "--port", "0", "--glossary", str(terms))
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        == f"error: {terms}:1: no tab; each line is `source term<TAB>target term`"
+    )
