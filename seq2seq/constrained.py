@@ -97,6 +97,7 @@ def constrained_beam_search(
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     limits = (limits + term_len.sum(1)).clamp(max=model.cfg.max_positions - 1)
     steps = int(limits.max())
+    banks = int(term_len.sum(1).max()) + 1  # read once: a bank per constraint token, and none
     never = torch.tensor(special.never_generated, dtype=torch.long, device=device)
     finished = _Finished.empty(batch, k, steps, terms.size(1), device)
     active = torch.arange(batch, device=device)
@@ -117,7 +118,7 @@ def constrained_beam_search(
         if glue is not None:
             logits.masked_fill_(just_met.unsqueeze(1) & glue.to(device).unsqueeze(0), -math.inf)
         cand = _candidates(logits, norm, scores, pos, met, rows_terms, rows_len, at_cap, eos)
-        order = _allocation(cand.total, cand.bank)[:, : 2 * k]
+        order = _allocation(cand.total, cand.bank, banks)[:, : 2 * k]
         pick = {name: v.gather(1, order) for name, v in cand.flat().items()}
         ends = pick["token"] == eos
 
@@ -261,7 +262,7 @@ def _candidates(logits, norm, scores, pos, met, terms, term_len, at_cap, eos: in
     )
 
 
-def _allocation(total: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
+def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int) -> torch.Tensor:
     """Candidate indices [n, k·M] in dynamic-beam-allocation order: the best of each bank
     (highest bank first), then the second best of each, …; impossible ones last."""
     by_score = total.argsort(dim=1, descending=True, stable=True)
@@ -274,7 +275,6 @@ def _allocation(total: torch.Tensor, bank: torch.Tensor) -> torch.Tensor:
     opens[:, 1:] = banks[:, 1:] != banks[:, :-1]  # the first candidate of each bank
     starts = torch.where(opens, where, 0)
     rank = where - starts.cummax(dim=1).values  # place within its bank
-    nb = int(bank.max()) + 1 if bank.numel() else 1
     key = rank * nb + (nb - 1 - banks)
     possible = total.gather(1, order) > -math.inf
     key = torch.where(possible, key, key.new_full((), torch.iinfo(torch.long).max))
