@@ -84,10 +84,7 @@ def constrained_beam_search(
 ) -> list[list[ConstrainedHypothesis]]:
     """Beam search (as `search.beam_search`) whose outputs hold each sentence's constraints
     (token-id sequences) once; the `nbest` best of each sentence, best first."""
-    if beam < 2:
-        raise ValueError("constrained decoding needs a beam size of at least 2")
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+    _check_beam(beam, nbest)
     eos, device, k = special.eos, src.device, beam
     batch = src.size(0)
     kept = [_outermost(cs) for cs in constraints]
@@ -102,7 +99,7 @@ def constrained_beam_search(
     finished = _Finished.empty(batch, k, steps, terms.size(1), device)
     active = torch.arange(batch, device=device)
     scores = torch.full((batch, k), -math.inf, device=device)
-    scores[:, 0] = 0.0
+    scores[:, 0] = 0.0  # one start hypothesis, so the first step's picks are all distinct
     pos = torch.zeros(batch * k, terms.size(1), dtype=torch.long, device=device)
     met = (term_len == 0).repeat_interleave(k, dim=0)  # padding constraints count as met
     just_met = torch.zeros(batch * k, dtype=torch.bool, device=device)  # a term ended last step
@@ -110,8 +107,7 @@ def constrained_beam_search(
     ids = torch.full((batch * k,), special.start, dtype=torch.long, device=device)
     for t in range(steps):
         n = active.numel()
-        rows_terms = terms[active].repeat_interleave(k, dim=0)
-        rows_len = term_len[active].repeat_interleave(k, dim=0)
+        rows_terms, rows_len = (x[active].repeat_interleave(k, dim=0) for x in (terms, term_len))
         logits, norm = _next_token_scores(model, ids, cache, never)
         at_cap = t + 1 >= limits[active]
         _block(logits, pos, met, rows_terms, rows_len, eos, at_cap.repeat_interleave(k))
@@ -122,16 +118,11 @@ def constrained_beam_search(
         pick = {name: v.gather(1, order) for name, v in cand.flat().items()}
         ends = pick["token"] == eos
 
-        first = pick["total"][:, :k]
-        finish = ends[:, :k] & (first > -math.inf)
+        # Candidates ending within the first k of the allocation join the finished ones.
         divisor = length_penalty(t + 1, alpha, length_norm)
-        new_score = torch.where(finish, first / divisor, -math.inf)
-        from_rows = pick["row"][:, :k].reshape(-1)
-        new_tokens = torch.zeros(n, k, steps, dtype=torch.long, device=device)
-        if t:
-            new_tokens[:, :, :t] = history[from_rows].view(n, k, t)
+        ended = _ending(pick, ends, history, k=k, t=t, steps=steps, divisor=divisor)
         unmet = ~cand.met_of(order[:, :k])
-        best = finished.add(active, new_score, first, unmet, length=t + 1, tokens=new_tokens)
+        best = finished.add(active, *ended[:2], unmet, length=t + 1, tokens=ended[2])
 
         go = (ends | ~(pick["total"] > -math.inf)).to(torch.int8).argsort(dim=1, stable=True)
         go = go[:, :k]
@@ -155,7 +146,32 @@ def constrained_beam_search(
             history, ids = history[keep_rows], ids[keep_rows]
             pos, met, just_met = pos[keep_rows], met[keep_rows], just_met[keep_rows]
             cache.keep(keep)
-    found = finished.ranked(nbest, term_len)
+    return _unmet_as_given(finished.ranked(nbest, term_len), constraints, kept)
+
+
+def _check_beam(beam: int, nbest: int) -> None:
+    if beam < 2:
+        raise ValueError("constrained decoding needs a beam size of at least 2")
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+
+
+def _ending(pick: dict, ends, history, *, k: int, t: int, steps: int, divisor: float):
+    """Of the first k allocated candidates, those that end: their length-normalised scores
+    (-inf for the others), log-probabilities [n, k] and tokens [n, k, steps]."""
+    n = ends.size(0)
+    first = pick["total"][:, :k]
+    finish = ends[:, :k] & (first > -math.inf)
+    score = torch.where(finish, first / divisor, -math.inf)
+    tokens = torch.zeros(n, k, steps, dtype=torch.long, device=ends.device)
+    if t:  # their prefixes (EOS is implied by the length)
+        tokens[:, :, :t] = history[pick["row"][:, :k].reshape(-1)].view(n, k, t)
+    return score, first, tokens
+
+
+def _unmet_as_given(found, constraints, kept):
+    """Unmet constraints as indices of the sentence's own list: a term kept by a longer one
+    is unmet when that one is."""
     for hyps, cs, ks in zip(found, constraints, kept):
         for h in hyps:
             lacking = [cs[ks[j]] for j in h.unmet]
