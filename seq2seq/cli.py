@@ -276,6 +276,8 @@ def evaluate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    glossary: GlossaryFile = None,
+    constraints: ConstraintsFile = None,
     output_dir: Annotated[
         Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
     ] = None,
@@ -306,6 +308,7 @@ def evaluate(
     if fail_on_regression and baseline is None:
         raise UserError("--fail-on-regression needs --baseline OLD_REPORT.json")
     hub_spec = CorpusConfig(hub=hub, hub_config=hub_config, split=hub_split) if hub else None
+    terms, given = _terminology(glossary, constraints)
     decode = _decode_settings(
         run,
         beam_size=beam_size,
@@ -327,6 +330,8 @@ def evaluate(
         device=device,
         decode=decode,
         baseline=baseline,
+        glossary=terms,
+        constraints=given,
     )
     _print_report(report)
     failed = _regressed(report.get("comparison"), fail_on_regression)
@@ -346,6 +351,9 @@ def _print_report(report: dict[str, Any]) -> None:
     print(f"chrF2 = {report['chrf']:.2f}  {report['chrf_signature']}")
     print(f"TER = {report['ter']:.2f}  {report['ter_signature']}")
     print(describe_lengths(report["length"]))
+    if "terminology" in report:
+        t = report["terminology"]
+        print(f"terms used: {t['used']} of {t['terms']} ({100 * t['rate']:.1f}%)")
     log.info(
         "%d sentences; hypotheses in %s, report in %s",
         report["sentences"],
@@ -394,6 +402,8 @@ def translate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    glossary: GlossaryFile = None,
+    constraints: ConstraintsFile = None,
     errors: Annotated[
         str,
         typer.Option(
@@ -407,7 +417,8 @@ def translate(
     Examples:\n
       echo "I have three cats." | seq2seq translate --run runs/demo\n
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
-      seq2seq translate --run runs/demo --nbest 4 < in.en | head
+      seq2seq translate --run runs/demo --nbest 4 < in.en | head\n
+      seq2seq translate --run runs/demo --glossary terms.tsv < in.en
     """
     from .streams import translate_files
     from .translator import load_translator
@@ -426,8 +437,41 @@ def translate(
         split_sentences=split_sentences,
         quantize=quantize,
     )
+    terms, given = _terminology(glossary, constraints)
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
-    translate_files(translator, input, output, errors)
+    translator.glossary = terms
+    translate_files(translator, input, output, errors, constraints=given)
+
+
+# Terminology (issue 32): what the glossary and constraints files hold is in seq2seq/glossary.py.
+GlossaryFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--glossary",
+        help="TSV of `source term<TAB>target term`: where a source term occurs (whole words, "
+        "any case), its target term appears once in the translation (needs beam ≥ 2).",
+    ),
+]
+ConstraintsFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--constraints",
+        help="JSON lines, one list of target terms per input line, each kept once in its "
+        "translation (such lines are not split into sentences).",
+    ),
+]
+
+
+def _terminology(glossary: Path | None, constraints: Path | None):
+    """The glossary and per-line constraints files read (or None), or one clear error."""
+    from .glossary import read_constraints, read_glossary
+
+    if glossary is not None and constraints is not None:
+        raise UserError("give --glossary or --constraints, not both")
+    return (
+        read_glossary(glossary) if glossary is not None else None,
+        read_constraints(constraints) if constraints is not None else None,
+    )
 
 
 # `seq2seq serve`'s own options.
@@ -503,6 +547,7 @@ def serve(
     request_timeout: RequestTimeout = 60.0,
     body_timeout: BodyTimeout = 30.0,
     threads: Threads = None,
+    glossary: GlossaryFile = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
@@ -556,6 +601,7 @@ def serve(
         decode=decode,
         threads=threads,
         quiet=bool(_options(ctx).get("quiet")),
+        glossary=glossary,
     )
 
 

@@ -16,6 +16,7 @@ from .config import CorpusConfig, DecodeConfig, load_run_config
 from .data import load_corpus, read_lines
 from .errors import UserError
 from .files import atomic_write_text
+from .glossary import Glossary, term_use
 from .translator import load_translator
 
 BOOTSTRAP_SAMPLES = 1000
@@ -215,8 +216,11 @@ def evaluate(
     device: str = "auto",
     decode: DecodeConfig | None = None,
     baseline: Path | None = None,
+    glossary: Glossary | None = None,
+    constraints: list[list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Translate a test set, score it, write hypotheses and a JSON report; compare if asked."""
+    """Translate a test set, score it, write hypotheses and a JSON report; compare if asked.
+    With a `glossary` or `constraints` (target terms per line), the report has the term use."""
     run_dir = Path(run_dir)
     base_report = _read_baseline(baseline) if baseline else None
     sources, references, name, described = _test_set(run_dir, split, src_file, ref_file, hub)
@@ -225,8 +229,11 @@ def evaluate(
     if base_report is not None:
         _check_same_references(base_report, references, baseline)
 
+    if constraints is not None and len(constraints) != len(sources):
+        raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
     translator, used = load_translator(run_dir, checkpoint, device, decode=decode)
-    hypotheses = translator.translate(sources)
+    translator.glossary = glossary
+    hypotheses = translator.translate(sources, constraints)
     s = score(hypotheses, references)
 
     out_dir = Path(output_dir) if output_dir else run_dir / "eval"
@@ -254,6 +261,9 @@ def evaluate(
         "hypotheses_file": str(hyp_path),
         "hypotheses": hypotheses,
     }
+    if glossary is not None or constraints is not None:
+        terms = constraints or [glossary.terms_in(line) for line in sources]
+        report["terminology"] = term_use(hypotheses, terms)
     if base_report is not None:
         c = paired_bootstrap(base_report["hypotheses"], hypotheses, references)
         report["comparison"] = {

@@ -68,12 +68,33 @@ def decode(
     *,
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
+    constraints: list[tuple[tuple[int, ...], ...]] | None = None,
+    glue: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
-    best first: greedy search for beam 1, beam search otherwise. A new decoding mode is a
-    branch here and a field of DecodeConfig."""
+    best first: greedy search for beam 1, beam search otherwise, constrained beam search when
+    a sentence has `constraints` (target token sequences its output must hold; `glue`: the
+    target pieces that continue a word, kept from right after a term). A new decoding mode is
+    a branch here and a field of DecodeConfig."""
     src_mask = padding_mask(src, special.pad)
-    caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b, "dropped": dropped}
+    caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b}
+    if constraints is not None and any(constraints):
+        from .constrained import constrained_beam_search  # it builds on this module
+
+        return constrained_beam_search(
+            model,
+            src,
+            src_mask,
+            constraints,
+            beam=options.beam_size,
+            **caps,
+            alpha=options.length_penalty,
+            nbest=options.nbest,
+            length_norm=options.length_norm,
+            special=special,
+            glue=glue,
+        )
+    caps["dropped"] = dropped  # constrained search decodes a batch whole
     if options.beam_size == 1:
         found = greedy(
             model,

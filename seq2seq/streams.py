@@ -27,8 +27,10 @@ def translate_stream(
     name: str = "stdin",
     chunk_lines: int = CHUNK_LINES,
     errors: str = "strict",
+    constraints: list[list[str]] | None = None,
 ) -> int:
-    """Translate raw lines chunk by chunk, flushing each chunk's output; return the count."""
+    """Translate raw lines chunk by chunk, flushing each chunk's output; return the count.
+    `constraints`: the target terms of each line, if given directly."""
     chunk: list[str] = []
     first = 0  # index of the chunk's first line
     count = 0
@@ -40,27 +42,37 @@ def translate_stream(
         except UserError as e:
             raise UserError(f"{e}; --errors replace reads such bytes as U+FFFD") from None
         if len(chunk) >= chunk_lines:
-            out.write(_render(translator, chunk, first))
+            out.write(_render(translator, chunk, first, constraints))
             out.flush()
             chunk = []
     if chunk:
-        out.write(_render(translator, chunk, first))
+        out.write(_render(translator, chunk, first, constraints))
         out.flush()
+    if constraints is not None and count != len(constraints):
+        raise UserError(f"{len(constraints)} lines of constraints for {count} input lines")
     return count
 
 
-def _render(translator: Translator, chunk: list[str], first: int) -> str:
+def _render(translator: Translator, chunk: list[str], first: int, constraints=None) -> str:
+    terms = None if constraints is None else constraints[first : first + len(chunk)]
+    if terms is not None and len(terms) < len(chunk):
+        line = first + len(terms) + 1
+        raise UserError(f"{len(constraints)} lines of constraints; input line {line} has none")
     if translator.decode.nbest == 1:
-        return "".join(t + "\n" for t in translator.translate(chunk))
+        return "".join(t + "\n" for t in translator.translate(chunk, terms))
     return "".join(
         f"{first + i} ||| {text} ||| {score:.4f}\n"
-        for i, hyps in enumerate(translator.translate_nbest(chunk))
+        for i, hyps in enumerate(translator.translate_nbest(chunk, terms))
         for text, score in hyps
     )
 
 
 def translate_files(
-    translator: Translator, input: Path | None, output: Path | None, errors: str = "strict"
+    translator: Translator,
+    input: Path | None,
+    output: Path | None,
+    errors: str = "strict",
+    constraints: list[list[str]] | None = None,
 ) -> int:
     """Translate a file (or stdin) into a file (or stdout); a file is replaced only on success."""
     source: BinaryIO
@@ -77,14 +89,26 @@ def translate_files(
         chunk = 1 if input is None and sys.stdin.isatty() else CHUNK_LINES
         if output is None:
             return translate_stream(
-                translator, source, sys.stdout, name=name, chunk_lines=chunk, errors=errors
+                translator,
+                source,
+                sys.stdout,
+                name=name,
+                chunk_lines=chunk,
+                errors=errors,
+                constraints=constraints,
             )
         counted = []
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
                 n = translate_stream(
-                    translator, source, out, name=name, chunk_lines=chunk, errors=errors
+                    translator,
+                    source,
+                    out,
+                    name=name,
+                    chunk_lines=chunk,
+                    errors=errors,
+                    constraints=constraints,
                 )
                 counted.append(n)
 

@@ -14,6 +14,7 @@ import torch
 from .batching import pad
 from .config import DecodeConfig, load_run_config
 from .errors import UserError
+from .glossary import Glossary, check_terms, term_ids
 from .model import Transformer
 from .quantize import int8_device, quantize_int8
 from .rundir import load_run
@@ -28,9 +29,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Source:
     """One input line ready to decode: the token ids of each of its sentences (none for a
-    blank line), each ending with EOS."""
+    blank line), each ending with EOS, and the target terms (token ids) each must hold."""
 
     segments: tuple[tuple[int, ...], ...]
+    constraints: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per segment; () for none
 
     @property
     def tokens(self) -> int:
@@ -59,34 +61,64 @@ class Translator:
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
         self.device, self.amp_dtype, self.src_lang = device, amp_dtype, src_lang
         self.max_src_len = model.cfg.max_positions
+        self.glossary: Glossary | None = None  # terms every line is checked for, if any
 
-    def translate(self, lines: list[str]) -> list[str]:
+    def translate(self, lines: list[str], constraints: list[list[str]] | None = None) -> list[str]:
         """The best translation of each line; empty (or blank) lines give empty outputs."""
-        return [best[0][0] for best in self.translate_nbest(lines)]
+        return [best[0][0] for best in self.translate_nbest(lines, constraints)]
 
-    def translate_nbest(self, lines: list[str]) -> list[list[tuple[str, float]]]:
-        """The `decode.nbest` best (text, score) pairs of each line, best first.
+    def translate_nbest(
+        self, lines: list[str], constraints: list[list[str]] | None = None
+    ) -> list[list[tuple[str, float]]]:
+        """The `decode.nbest` best (text, score) pairs of each line, best first; each holds the
+        line's target terms (`constraints`, else those of `glossary`) once.
 
         An n-best list (nbest > 1) is of whole lines: such lines are never split.
         """
-        return self.translate_sources(self.prepare(lines))
+        return self.translate_sources(self.prepare(lines, constraints=constraints))
 
-    def prepare(self, lines: list[str], options: DecodeConfig | None = None) -> list[Source]:
+    def prepare(
+        self,
+        lines: list[str],
+        options: DecodeConfig | None = None,
+        *,
+        glossary: Glossary | None = None,
+        constraints: list[list[str]] | None = None,
+    ) -> list[Source]:
         """Each line split into sentences (as `options`, default `decode`, say) and encoded,
-        truncated to the model's positions; a blank line has no segments."""
+        truncated to the model's positions; a blank line has no segments.
+
+        Target terms each sentence must hold come from `glossary` (those whose source term the
+        sentence holds: a term goes with its sentence) or are given per line (`constraints`;
+        such a line is decoded whole, as nothing says which sentence a term belongs to)."""
         options = options or self.decode
+        glossary = glossary if glossary is not None else self.glossary
         split = options.split_sentences and options.nbest == 1
-        segments, owner = [], []  # what is decoded, and the line each piece belongs to
+        if constraints is not None and len(constraints) != len(lines):
+            raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
+        segments, owner, terms = [], [], []  # what is decoded, its line, its target terms
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
-            parts = split_sentences(line.strip(), self.src_lang) if split else [line]
+            given = constraints[i] if constraints is not None else None
+            whole = not split or bool(given)
+            parts = [line] if whole else split_sentences(line.strip(), self.src_lang)
             segments += [p.strip() for p in parts]
             owner += [i] * len(parts)
+            for p in parts:
+                found = given if given is not None else glossary.terms_in(p) if glossary else []
+                terms.append(check_terms(found, f"input line {i + 1}"))
+        if any(terms) and options.beam_size < 2:
+            raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
-        for i, seq in zip(owner, self._encode(segments, owner)):
+        wanted: list[list[tuple[tuple[int, ...], ...]]] = [[] for _ in lines]
+        for i, seq, found in zip(owner, self._encode(segments, owner), terms):
             pieces[i].append(tuple(seq))
-        return [Source(tuple(p)) for p in pieces]
+            where = f"input line {i + 1}"
+            wanted[i].append(
+                term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
+            )
+        return [Source(tuple(p), tuple(w) if any(w) else ()) for p, w in zip(pieces, wanted)]
 
     def translate_sources(
         self, sources: list[Source], wanted: Callable[[int], bool] | None = None
@@ -95,11 +127,12 @@ class Translator:
         while decoding, says whether line i's result is still awaited; the lines it gives up
         on stop early and come back empty."""
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
-        ids, owner = [], []  # what is decoded, and the line each piece belongs to
+        ids, owner, terms = [], [], []  # what is decoded, its line, its target terms
         for i, source in enumerate(sources):
             ids += [list(seq) for seq in source.segments]
             owner += [i] * len(source.segments)
-        found = self._search(ids, owner, wanted)
+            terms += list(source.constraints) or [()] * len(source.segments)
+        found = self._search(ids, owner, terms, wanted)
         by_line: dict[int, list[list[Hypothesis]]] = {}
         for i, hyps in zip(owner, found):
             by_line.setdefault(i, []).append(hyps)
@@ -129,9 +162,16 @@ class Translator:
         return ids
 
     def _search(
-        self, ids: list[list[int]], owner: list[int], wanted: Callable[[int], bool] | None = None
+        self,
+        ids: list[list[int]],
+        owner: list[int],
+        terms: list | None = None,
+        wanted: Callable[[int], bool] | None = None,
     ) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
+        """The n-best hypotheses of each segment (`owner`: input line indices, for messages;
+        `terms`: the target terms, token ids, each segment must hold; `wanted`: see
+        translate_sources)."""
+        terms = terms or [()] * len(ids)
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
@@ -145,7 +185,9 @@ class Translator:
                             found[j] = [Hypothesis([], 0.0, 0.0)]
                         continue
                 try:
-                    results = self._decode_batch([ids[j] for j in chunk], dropped)
+                    results = self._decode_batch(
+                        [ids[j] for j in chunk], [terms[j] for j in chunk], dropped
+                    )
                 except SearchError as e:
                     bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
                     raise UserError(
@@ -154,6 +196,7 @@ class Translator:
                     ) from None
                 for j, hyps in zip(chunk, results):
                     found[j] = hyps
+                    _warn_unmet(hyps[0], owner[j])
         finally:
             self.model.train(was_training)
         return found
@@ -177,7 +220,9 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, ids: list[list[int]], dropped=None) -> list[list[Hypothesis]]:
+    def _decode_batch(
+        self, ids: list[list[int]], terms: list, dropped=None
+    ) -> list[list[Hypothesis]]:
         special = self.tokenizer.ids
         src = pad(ids, pad_id=special.pad).to(self.device)
         amp = (
@@ -186,7 +231,31 @@ class Translator:
             else nullcontext()
         )
         with amp:
-            return decode(self.model, src, self.decode, special=special, dropped=dropped)
+            if not any(terms):
+                return decode(self.model, src, self.decode, special=special, dropped=dropped)
+            glue = self._glue()
+            return decode(
+                self.model, src, self.decode, special=special, constraints=terms, glue=glue
+            )
+
+    def _glue(self) -> torch.Tensor:
+        """Target pieces that continue the word before them (no "▁", a letter or digit first):
+        constrained search keeps them from right after a term. Computed once."""
+        if getattr(self, "_glue_mask", None) is None:
+            pieces = self.tokenizer.tgt_vocabulary()
+            mask = [not p.startswith("▁") and p[:1].isalnum() for p in pieces]
+            self._glue_mask = torch.tensor(mask, dtype=torch.bool, device=self.device)
+        return self._glue_mask
+
+
+def _warn_unmet(best: Hypothesis, line: int) -> None:
+    unmet = getattr(best, "unmet", ())
+    if unmet:
+        log.warning(
+            "input line %d: %d target term(s) did not fit before the output length cap",
+            line + 1,
+            len(unmet),
+        )
 
 
 def _unwanted(wanted: Callable[[int], bool], lines: list[int]) -> list[bool]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
+from ..errors import UserError
 from ..translator import Source, Translator
 from .batcher import Batcher, BatchLimits, Hypotheses, JobFuture, OverBudget, QueueFull, Stopped
 from .schema import (
@@ -32,6 +33,7 @@ from .schema import (
     TranslateRequest,
     check_source_tokens,
     parse_translate_request,
+    request_glossary,
     translate_answer,
 )
 
@@ -204,7 +206,11 @@ def _add_translate_route(
         # event loop must go on answering /health meanwhile. Encoded once, here, for the
         # decoder too.
         req = parse_translate_request(body, limits, defaults)
-        sources = translator.prepare(req.lines, req.options)
+        try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422
+            glossary = request_glossary(req, translator.glossary)
+            sources = translator.prepare(req.lines, req.options, glossary=glossary)
+        except UserError as e:
+            raise RequestError(422, "glossary", str(e)) from None
         check_source_tokens(req, sum(s.tokens for s in sources), limits)
         return req, sources
 

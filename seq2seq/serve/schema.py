@@ -11,6 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..config import DecodeConfig
+from ..errors import UserError
+from ..glossary import Glossary, make_glossary
 from .batcher import Hypotheses
 
 MAX_LENGTH_PENALTY = 5.0
@@ -39,6 +41,7 @@ class RequestLimits:
     max_beam_tokens: int = 65_536  # source tokens × beam size: what bounds its compute
     timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
     body_timeout_s: float = 30.0  # to receive the whole body; past it, 408
+    max_glossary_pairs: int = 1000  # term pairs in one request's glossary
 
 
 class TranslateBody(BaseModel):
@@ -56,6 +59,12 @@ class TranslateBody(BaseModel):
     length_penalty: float | None = Field(
         None, description=f"GNMT α, 0 to {MAX_LENGTH_PENALTY} (run's default)."
     )
+    glossary: list[list[str]] | None = Field(
+        None,
+        description="Term pairs [source term, target term]: where a source term occurs (whole "
+        "words, any case), its target term appears once in the translation; added to the "
+        "server's --glossary (a source term in both takes this target). Needs beam_size ≥ 2.",
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +74,7 @@ class TranslateRequest:
     lines: list[str]
     single: bool
     options: DecodeConfig
+    glossary: list[tuple[str, str]] | None = None  # the request's own term pairs, checked
 
 
 def _field(loc: tuple) -> str:
@@ -154,7 +164,36 @@ def parse_translate_request(
             name,
             f"{name} has {words} words; at most {limits.max_tokens} source tokens a request",
         )
-    return TranslateRequest(lines, single, _options(req, limits, defaults))
+    pairs = _glossary(req.glossary, limits) if req.glossary is not None else None
+    return TranslateRequest(lines, single, _options(req, limits, defaults), pairs)
+
+
+def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, str]]:
+    if len(pairs) > limits.max_glossary_pairs:
+        raise RequestError(
+            413,
+            "glossary",
+            f"glossary has {len(pairs)} term pairs; at most {limits.max_glossary_pairs} a request",
+        )
+    for i, pair in enumerate(pairs):
+        if len(pair) != 2:
+            raise RequestError(
+                422, f"glossary[{i}]", f"glossary[{i}] is a [source term, target term] pair"
+            )
+    try:
+        make_glossary([(a, b) for a, b in pairs], origin="glossary")
+    except UserError as e:
+        raise RequestError(422, "glossary", str(e)) from None
+    return [(a, b) for a, b in pairs]
+
+
+def request_glossary(req: TranslateRequest, default: Glossary | None) -> Glossary | None:
+    """The glossary a request decodes with: the server's, with the request's pairs added."""
+    from ..glossary import with_pairs
+
+    if req.glossary is None:
+        return default
+    return with_pairs(default, req.glossary, origin="glossary")
 
 
 def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimits) -> None:

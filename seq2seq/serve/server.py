@@ -50,12 +50,15 @@ def serve(
     decode: DecodeConfig | None = None,
     threads: int | None = None,
     quiet: bool = False,
+    glossary: Path | None = None,
 ) -> None:
-    """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit)."""
+    """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit);
+    `glossary`: the term pairs every request is decoded with (a request may add its own)."""
     try:
         import uvicorn
     except ImportError:
         raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
+    from ..glossary import read_glossary
     from ..runtime import set_threads
     from ..translator import load_translator
 
@@ -69,10 +72,12 @@ def serve(
             f"--max-request-beam-tokens ({cfg.request.max_beam_tokens}) must not exceed "
             f"--max-batch-beam-tokens ({cfg.batch.max_beam_tokens})"
         )
+    terms = read_glossary(glossary) if glossary is not None else None
     sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
     try:
         translator, path = load_translator(run_dir, checkpoint, device, decode=decode)
+        translator.glossary = terms
         info = run_info(run_dir, path, translator, cfg)
     except BaseException:
         sock.close()

@@ -1,0 +1,203 @@
+"""Lexically constrained beam search: every given target term appears exactly once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seq2seq.batching import no_peek_mask, pad, padding_mask
+from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.constrained import constrained_beam_search
+from seq2seq.model import Transformer
+from seq2seq.search import beam_search, decode, length_penalty
+from seq2seq.tokenizer import BOS_ID, EOS_ID
+
+
+def _model(seed: int, vocab: int = 40, max_positions: int = 64) -> Transformer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        d_model=16,
+        heads=2,
+        encoder_layers=1,
+        decoder_layers=2,
+        ffn_dim=32,
+        dropout=0.0,
+        max_positions=max_positions,
+    )
+    model = Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
+    with torch.no_grad():  # sharpen the output so hypotheses differ clearly
+        model.output.weight.mul_(4.0)
+    return model
+
+
+def _sources(seed: int, batch: int = 3, vocab: int = 40) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 9, (batch,), generator=g).tolist()
+    return pad([torch.randint(4, vocab, (n,), generator=g).tolist() + [EOS_ID] for n in lengths])
+
+
+def _random_terms(seed: int, batch: int, per_sentence: int, vocab: int = 40):
+    g = torch.Generator().manual_seed(100 + seed)
+    out = []
+    for _ in range(batch):
+        terms: list[tuple[int, ...]] = []
+        while len(terms) < per_sentence:
+            n = int(torch.randint(1, 4, (1,), generator=g))
+            term = tuple(torch.randint(4, vocab, (n,), generator=g).tolist())
+            if not any(_count(list(u), term) or _count(list(term), u) for u in terms):
+                terms.append(term)  # none inside another: each can then appear exactly once
+        out.append(tuple(terms))
+    return out
+
+
+def _count(tokens: list[int], term: tuple[int, ...]) -> int:
+    n = len(term)
+    return sum(tuple(tokens[i : i + n]) == term for i in range(len(tokens) - n + 1))
+
+
+def _search(model, src, constraints, **kw):
+    kw = {"beam": 4, "max_len_a": 1.5, "max_len_b": 6, **kw}
+    return constrained_beam_search(model, src, padding_mask(src), constraints, **kw)
+
+
+@torch.no_grad()
+def _sequence_log_prob(model, src_row, tokens) -> float:
+    src = src_row[src_row != 0].unsqueeze(0)
+    tgt_in = torch.tensor([[BOS_ID] + tokens])
+    logits = model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in))[0]
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return float(sum(logp[i, t] for i, t in enumerate(tokens + [EOS_ID])))
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("per_sentence", [1, 2, 4])
+def test_every_constraint_appears_exactly_once_in_beam_output(seed, per_sentence):
+    model, src = _model(seed), _sources(seed, batch=4)
+    constraints = _random_terms(seed, 4, per_sentence)
+    found = _search(model, src, constraints)
+    for terms, (best,) in zip(constraints, found):
+        assert best.unmet == ()
+        for term in terms:
+            assert _count(best.tokens, term) == 1, (term, best.tokens)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_scores_are_the_models_log_probability_of_the_output(seed):
+    model, src = _model(seed), _sources(seed)
+    found = _search(model, src, _random_terms(seed, 3, 2), alpha=0.6)
+    for row, (best,) in zip(src, found):
+        expected = _sequence_log_prob(model, row, best.tokens)
+        assert best.log_prob == pytest.approx(expected, abs=1e-4)
+        assert best.score == pytest.approx(
+            best.log_prob / length_penalty(len(best.tokens) + 1, 0.6), abs=1e-4
+        )
+
+
+def test_terms_sharing_a_prefix_both_appear():
+    model, src = _model(1), _sources(1, batch=2)
+    constraints = [((7, 8, 9), (7, 8, 10)), ((5, 6), (5, 11, 12))]
+    for terms, (best,) in zip(constraints, _search(model, src, constraints)):
+        assert best.unmet == ()
+        assert all(_count(best.tokens, t) == 1 for t in terms)
+
+
+def test_a_term_inside_another_term_is_kept_by_the_longer_one():
+    model, src = _model(0), _sources(0, batch=1)
+    constraints = [((7,), (37, 37, 7), (19,))]
+    (best,) = _search(model, src, constraints)[0]
+    assert best.unmet == ()
+    assert _count(best.tokens, (37, 37, 7)) == 1 and _count(best.tokens, (19,)) == 1
+    assert _count(best.tokens, (7,)) >= 1
+
+
+def test_a_term_the_model_produces_anyway_is_counted_and_kept_once():
+    model, src = _model(2), _sources(2, batch=3)
+    plain = beam_search(model, src, padding_mask(src), beam=4, max_len_a=1.5, max_len_b=6)
+    constraints = []
+    for (free,) in plain:  # a span of the free output it holds once
+        spans = [tuple(free.tokens[i : i + 2]) for i in range(len(free.tokens) - 1)]
+        once = [t for t in spans if _count(free.tokens, t) == 1] or [tuple(free.tokens[-1:])]
+        constraints.append((once[0],))
+    found = _search(model, src, constraints)
+    for (best,), (term,) in zip(found, constraints):
+        assert best.unmet == ()
+        assert _count(best.tokens, term) == 1
+
+
+def test_a_term_that_cannot_fit_before_the_length_cap_is_reported_unmet():
+    model = _model(3, max_positions=8)  # outputs of at most 7 tokens, EOS included
+    src = _sources(3, batch=2)
+    long_term = tuple(range(4, 14))  # 10 tokens
+    found = _search(model, src, [(long_term,), ((5,),)])
+    assert found[0][0].unmet == (0,)
+    assert len(found[0][0].tokens) < 8
+    assert found[1][0].unmet == () and _count(found[1][0].tokens, (5,)) == 1
+
+
+def test_eos_waits_until_every_constraint_is_met():
+    model, src = _model(4), _sources(4, batch=2)
+    constraints = [((20, 21, 22), (30,), (33, 34)), ((25,),)]
+    for (best,), terms in zip(_search(model, src, constraints, max_len_b=20), constraints):
+        assert best.unmet == ()
+        last_term_end = max(
+            i + len(t)
+            for t in terms
+            for i in range(len(best.tokens))
+            if tuple(best.tokens[i : i + len(t)]) == t
+        )
+        assert last_term_end <= len(best.tokens)
+
+
+def test_sentences_without_constraints_decode_as_plain_beam_search():
+    model, src = _model(5), _sources(5)
+    options = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
+    plain = decode(model, src, options)
+    none = decode(model, src, options, constraints=[(), (), ()])
+    assert [[(h.tokens, h.score) for h in hyps] for hyps in none] == [
+        [(h.tokens, h.score) for h in hyps] for hyps in plain
+    ]
+
+
+def test_a_batch_mixing_constrained_and_free_sentences_keeps_each_sentences_terms():
+    model, src = _model(6), _sources(6)
+    options = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
+    found = decode(model, src, options, constraints=[((9, 10),), (), ((11,), (12, 13))])
+    assert _count(found[0][0].tokens, (9, 10)) == 1
+    assert _count(found[2][0].tokens, (11,)) == 1 and _count(found[2][0].tokens, (12, 13)) == 1
+    plain = decode(model, src, options)  # a free sentence decodes as the plain beam would
+    assert (found[1][0].tokens, found[1][0].score) == pytest.approx(
+        (plain[1][0].tokens, plain[1][0].score)
+    )
+
+
+def test_nbest_constrained_hypotheses_are_distinct_and_rank_by_fewest_unmet_then_score():
+    model, src = _model(7), _sources(7)
+    found = _search(model, src, [((9,),), ((10, 11),), ((12,),)], nbest=3)
+    for hyps, term in zip(found, [(9,), (10, 11), (12,)]):
+        assert len({tuple(h.tokens) for h in hyps}) == len(hyps) == 3
+        ranks = [(len(h.unmet), -h.score) for h in hyps]
+        assert ranks == sorted(ranks)
+        assert hyps[0].unmet == () and _count(hyps[0].tokens, term) == 1
+        assert all(_count(h.tokens, term) == 1 for h in hyps if not h.unmet)
+
+
+def test_the_token_after_a_term_is_never_one_that_glues_onto_it():
+    model, src = _model(9), _sources(9, batch=4)
+    glue = torch.zeros(40, dtype=torch.bool)
+    glue[20:40] = True  # say ids 20-39 continue the word before them
+    constraints = [((5,),), ((6, 7),), ((8,), (9, 10)), ((11,),)]
+    found = _search(model, src, constraints, glue=glue)
+    for terms, (best,) in zip(constraints, found):
+        assert best.unmet == ()
+        for term in terms:
+            (at,) = [
+                i for i in range(len(best.tokens)) if tuple(best.tokens[i : i + len(term)]) == term
+            ]
+            after = best.tokens[at + len(term) : at + len(term) + 1]
+            assert not after or after[0] < 20
+
+
+def test_greedy_search_with_constraints_says_a_beam_of_two_is_needed():
+    model, src = _model(8), _sources(8)
+    with pytest.raises(ValueError, match="beam size of at least 2"):
+        decode(model, src, DecodeConfig(beam_size=1), constraints=[((9,),), (), ()])

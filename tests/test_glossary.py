@@ -1,0 +1,96 @@
+"""Glossary files, which source terms a sentence holds, and constraints given directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from seq2seq.errors import UserError
+from seq2seq.glossary import (
+    MAX_CONSTRAINTS,
+    check_terms,
+    make_glossary,
+    read_constraints,
+    read_glossary,
+    term_ids,
+)
+
+
+def test_a_glossary_file_maps_source_terms_to_target_terms(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_text("# product names\nlaptop\tordinateur portable\n\nUSB stick\tclé USB\n")
+    glossary = read_glossary(path)
+    assert glossary.pairs == (("laptop", "ordinateur portable"), ("USB stick", "clé USB"))
+    assert glossary.terms_in("Plug the usb  stick into the Laptop.") == [
+        "clé USB",
+        "ordinateur portable",
+    ]
+
+
+def test_source_terms_match_whole_words_ignoring_case():
+    glossary = make_glossary([("cat", "chat"), ("data base", "base de données")])
+    assert glossary.terms_in("The CAT sat.") == ["chat"]
+    assert glossary.terms_in("Concatenate the cats.") == []
+    assert glossary.terms_in("A Data Base, a database.") == ["base de données"]
+
+
+def test_the_longest_overlapping_source_term_wins_and_each_target_comes_once():
+    glossary = make_glossary([("data", "données"), ("data base", "base de données")])
+    assert glossary.terms_in("the data base") == ["base de données"]
+    assert glossary.terms_in("data and data") == ["données"]
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("laptop ordinateur", "no tab"),
+        ("\tordinateur", "source term is empty"),
+        ("laptop\t  ", "target term is empty"),
+        ("a\tb\tc", "2 tabs"),
+    ],
+)
+def test_a_bad_glossary_line_is_an_error_naming_file_and_line(tmp_path, line, message):
+    path = tmp_path / "terms.tsv"
+    path.write_text(f"cat\tchat\n{line}\n", encoding="utf-8")
+    with pytest.raises(UserError, match=f"terms.tsv:2: .*{message}"):
+        read_glossary(path)
+
+
+def test_a_source_term_given_two_targets_is_an_error_naming_the_second_line(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_text("cat\tchat\nCat\tmatou\n", encoding="utf-8")
+    with pytest.raises(UserError, match="terms.tsv:2: .*already given as 'chat'"):
+        read_glossary(path)
+
+
+def test_an_oversized_glossary_is_one_clear_error(monkeypatch):
+    monkeypatch.setattr("seq2seq.glossary.MAX_GLOSSARY_PAIRS", 3)
+    with pytest.raises(UserError, match="4 term pairs; at most 3"):
+        make_glossary([(f"w{i}", f"m{i}") for i in range(4)])
+
+
+def test_constraints_are_json_lists_of_target_terms_one_line_each(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('["clé USB", "ordinateur"]\n[]\n\n', encoding="utf-8")
+    assert read_constraints(path) == [["clé USB", "ordinateur"], [], []]
+
+
+@pytest.mark.parametrize("line", ['"clé"', "[1]", '[""]', "[oops"])
+def test_a_bad_constraints_line_is_an_error_naming_file_and_line(tmp_path, line):
+    path = tmp_path / "c.jsonl"
+    path.write_text(f"[]\n{line}\n", encoding="utf-8")
+    with pytest.raises(UserError, match="c.jsonl:2: "):
+        read_constraints(path)
+
+
+def test_too_many_constraints_for_one_sentence_is_an_error():
+    with pytest.raises(UserError, match=f"at most {MAX_CONSTRAINTS}"):
+        check_terms([f"t{i}" for i in range(MAX_CONSTRAINTS + 1)], "line 1")
+
+
+def test_terms_are_tokenized_as_words_and_unknown_pieces_are_refused():
+    def encode(texts):  # a stand-in target tokenizer: one id per character, 'z' unknown
+        return [[1 if ch == "z" else ord(ch) for ch in t] for t in texts]
+
+    assert term_ids(encode, ["ab", "c"], "line 1", unk=1) == ((97, 98), (99,))
+    with pytest.raises(UserError, match="line 3: target term 'az'"):
+        term_ids(encode, ["az"], "line 3", unk=1)

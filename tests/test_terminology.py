@@ -1,0 +1,186 @@
+"""Glossaries and constraints through `translate` and `evaluate`: the terms are kept."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from seq2seq.cli import app
+from seq2seq.glossary import make_glossary
+from seq2seq.translator import load_translator
+
+LINES = ["The umbrella is blue.", "You want one big chair.", "", "twenty-five"]
+GLOSSARY = "umbrella\tparapluie\nchair\tchaise bleue\n"
+
+
+def _cli(*args: str, stdin: str | None = None):
+    return CliRunner().invoke(app, ["--quiet", *args], input=stdin)
+
+
+def _once(term: str, text: str) -> bool:
+    return len(re.findall(rf"(?<!\w){re.escape(term)}(?!\w)", text)) == 1
+
+
+def test_translate_with_a_glossary_keeps_each_applicable_target_term_once(
+    trained_tiny_run, tmp_path
+):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text(GLOSSARY, encoding="utf-8")
+    stdin = "\n".join(LINES) + "\n"
+    result = _cli(
+        "translate", "--run", str(trained_tiny_run), "--glossary", str(terms), stdin=stdin
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout.splitlines()
+    assert len(out) == len(LINES)
+    assert _once("parapluie", out[0]) and "chaise" not in out[0]
+    assert _once("chaise bleue", out[1]) and "parapluie" not in out[1]
+    assert out[2] == ""
+
+
+def test_translate_with_constraints_keeps_the_terms_given_per_line(trained_tiny_run, tmp_path):
+    given = tmp_path / "c.jsonl"
+    given.write_text('["parc", "souris"]\n[]\n', encoding="utf-8")
+    stdin = "There are mice in the park.\ntwenty-five\n"
+    run = str(trained_tiny_run)
+    result = _cli("translate", "--run", run, "--constraints", str(given), stdin=stdin)
+    assert result.exit_code == 0, result.output
+    first, _ = result.stdout.splitlines()
+    assert _once("parc", first) and _once("souris", first)
+
+
+def test_each_glossary_term_goes_with_the_sentence_holding_its_source_term(trained_tiny_run):
+    translator, _ = load_translator(trained_tiny_run, device="cpu")
+    translator.glossary = make_glossary([("umbrella", "parapluie"), ("chair", "chaise")])
+    (source,) = translator.prepare(["The umbrella is blue. You want one chair."])
+    assert len(source.segments) == 2
+    expected = translator.tokenizer.encode_tgt(["parapluie", "chaise"])
+    assert source.constraints == ((tuple(expected[0]),), (tuple(expected[1]),))
+    (text,) = translator.translate(["The umbrella is blue. You want one chair."])
+    assert _once("parapluie", text) and _once("chaise", text)
+
+
+def test_a_bad_glossary_line_stops_translate_naming_file_and_line(trained_tiny_run, tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("umbrella\tparapluie\nchair chaise\n", encoding="utf-8")
+    result = _cli(
+        "translate", "--run", str(trained_tiny_run), "--glossary", str(terms), stdin="x\n"
+    )
+    assert result.exit_code == 1
+    assert f"{terms}:2: no tab" in result.output
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [('["parc"]\n', "1 lines of constraints; input line 2 has none"), ("{}\n[]\n", "c.jsonl:1")],
+)
+def test_bad_constraints_stop_translate_with_one_clear_error(
+    trained_tiny_run, tmp_path, content, message
+):
+    given = tmp_path / "c.jsonl"
+    given.write_text(content, encoding="utf-8")
+    run = str(trained_tiny_run)
+    result = _cli("translate", "--run", run, "--constraints", str(given), stdin="a\nb\n")
+    assert result.exit_code == 1
+    assert message in result.output
+
+
+def test_constraints_with_greedy_search_ask_for_a_beam_of_two(trained_tiny_run, tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text(GLOSSARY, encoding="utf-8")
+    run = str(trained_tiny_run)
+    args = ["translate", "--run", run, "--glossary", str(terms), "--beam-size", "1"]
+    result = _cli(*args, stdin="The umbrella is blue.\n")
+    assert result.exit_code == 1
+    assert "beam size of at least 2" in result.output
+
+
+def test_evaluate_with_a_glossary_reports_the_term_use_rate(trained_tiny_run, tmp_path):
+    src, ref = tmp_path / "t.en", tmp_path / "t.fr"
+    src.write_text("The umbrella is blue.\nYou want one big chair.\n", encoding="utf-8")
+    ref.write_text("Le parapluie est bleu.\nVous voulez une grande chaise.\n", encoding="utf-8")
+    terms = tmp_path / "terms.tsv"
+    terms.write_text(GLOSSARY, encoding="utf-8")
+    report_path = tmp_path / "r.json"
+    args = ["evaluate", "--run", str(trained_tiny_run), "--src", str(src), "--ref", str(ref)]
+    args += ["--glossary", str(terms), "--json", str(report_path), "--output-dir", str(tmp_path)]
+    result = _cli(*args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(report_path.read_text())
+    assert report["terminology"] == {"terms": 2, "used": 2, "rate": 1.0}
+    assert "terms used: 2 of 2" in result.stdout
+
+
+def _app(run, glossary=None):
+    """The server's app in this process (FastAPI's TestClient), with a default glossary."""
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+
+    translator, path = load_translator(run, device="cpu")
+    translator.glossary = glossary
+    cfg = serve_app.ServeConfig()
+    info = serve_app.run_info(run, path, translator, cfg)
+    return TestClient(serve_app.create_app(translator, info, cfg))
+
+
+def test_serve_keeps_a_requests_glossary_terms_and_only_for_that_request(trained_tiny_run):
+    texts = ["The umbrella is blue.", "You want one big chair."]
+    with _app(trained_tiny_run) as client:
+        body = {"texts": texts, "glossary": [["umbrella", "parapluie"], ["chair", "chaise"]]}
+        kept = client.post("/translate", json=body)
+        plain = client.post("/translate", json={"texts": texts})
+    assert kept.status_code == 200, kept.text
+    first, second = kept.json()["translations"]
+    assert _once("parapluie", first) and _once("chaise", second)
+    load = load_translator(trained_tiny_run, device="cpu")[0]
+    assert plain.json()["translations"] == load.translate(texts)
+
+
+def test_serve_applies_its_default_glossary_and_a_request_overrides_a_term(trained_tiny_run):
+    default = make_glossary([("umbrella", "parapluie"), ("chair", "chaise")])
+    with _app(trained_tiny_run, default) as client:
+        both = client.post("/translate", json={"text": "The umbrella and the chair."})
+        override = client.post(
+            "/translate",
+            json={"text": "The umbrella and the chair.", "glossary": [["Chair", "siège"]]},
+        )
+    text = both.json()["translation"]
+    assert _once("parapluie", text) and _once("chaise", text)
+    text = override.json()["translation"]
+    assert _once("parapluie", text) and _once("siège", text) and "chaise" not in text
+
+
+@pytest.mark.parametrize(
+    "body, field, message",
+    [
+        ({"text": "a", "glossary": [["umbrella"]]}, "glossary[0]", "pair"),
+        ({"text": "a", "glossary": [["", "x"]]}, "glossary", "source term is empty"),
+        ({"text": "a", "glossary": "umbrella"}, "glossary", "list"),
+        (
+            {"text": "The umbrella.", "glossary": [["umbrella", "parapluie"]], "beam_size": 1},
+            "glossary",
+            "beam size of at least 2",
+        ),
+    ],
+)
+def test_a_bad_request_glossary_is_a_422_naming_the_field(trained_tiny_run, body, field, message):
+    with _app(trained_tiny_run) as client:
+        answer = client.post("/translate", json=body)
+    assert answer.status_code == 422
+    assert answer.json()["field"] == field
+    assert message in answer.json()["error"]
+
+
+def test_serve_with_a_bad_glossary_file_is_one_error_line(trained_tiny_run, tmp_path):
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("umbrella\n", encoding="utf-8")
+    result = _cli("serve", "--run", str(trained_tiny_run), "--port", "0", "--glossary", str(terms))
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        == f"error: {terms}:1: no tab; each line is `source term<TAB>target term`"
+    )
