@@ -235,6 +235,14 @@ LengthPenalty = Annotated[
 BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
 MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+SrcLang = Annotated[
+    str | None,
+    typer.Option(help="Source language of a many-language model (M2M100 `en`, NLLB `eng_Latn`)."),
+]
+TgtLang = Annotated[
+    str | None,
+    typer.Option(help="Target language of a many-language model (M2M100 `fr`, NLLB `fra_Latn`)."),
+]
 SplitSentences = Annotated[
     bool | None,
     typer.Option(
@@ -276,6 +284,8 @@ def evaluate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    src_lang: SrcLang = None,
+    tgt_lang: TgtLang = None,
     output_dir: Annotated[
         Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
     ] = None,
@@ -327,6 +337,8 @@ def evaluate(
         device=device,
         decode=decode,
         baseline=baseline,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
     )
     _print_report(report)
     failed = _regressed(report.get("comparison"), fail_on_regression)
@@ -394,6 +406,8 @@ def translate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    src_lang: SrcLang = None,
+    tgt_lang: TgtLang = None,
     errors: Annotated[
         str,
         typer.Option(
@@ -407,7 +421,8 @@ def translate(
     Examples:\n
       echo "I have three cats." | seq2seq translate --run runs/demo\n
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
-      seq2seq translate --run runs/demo --nbest 4 < in.en | head
+      seq2seq translate --run runs/demo --nbest 4 < in.en | head\n
+      seq2seq translate --run runs/nllb --src-lang eng_Latn --tgt-lang fra_Latn < in.en
     """
     from .streams import translate_files
     from .translator import load_translator
@@ -427,6 +442,7 @@ def translate(
         quantize=quantize,
     )
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
+    translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
     translate_files(translator, input, output, errors)
 
 

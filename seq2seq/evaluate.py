@@ -215,6 +215,8 @@ def evaluate(
     device: str = "auto",
     decode: DecodeConfig | None = None,
     baseline: Path | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked."""
     run_dir = Path(run_dir)
@@ -226,6 +228,7 @@ def evaluate(
         _check_same_references(base_report, references, baseline)
 
     translator, used = load_translator(run_dir, checkpoint, device, decode=decode)
+    translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
     hypotheses = translator.translate(sources)
     s = score(hypotheses, references)
 
@@ -238,6 +241,7 @@ def evaluate(
         "checkpoint": str(used),
         "data": described,
         "sentences": len(sources),
+        "languages": {"source": translator.src_lang, "target": translator.tgt_lang},
         "references_sha256": _fingerprint(references),
         "bleu": s.bleu,
         "bleu_signature": s.bleu_signature,

@@ -219,3 +219,41 @@ def load_language_tokenizer(
     if top >= cfg.vocab_size:
         raise UserError(f"{folder}: id {top} is beyond the model's {cfg.vocab_size} embeddings")
     return LanguageTokenizer(sp, vocab, cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
+
+
+def is_many_language(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer knows language tokens (a model of many directions)."""
+    return bool(getattr(tokenizer, "languages", None))
+
+
+def check_languages(
+    tokenizer: Tokenizer, given: tuple[str | None, str | None], defaults: tuple[str, str]
+) -> tuple[str, str]:
+    """The (source, target) languages meant: those given, else the run's defaults. A language
+    the model lacks, or one it needs and nobody gave, is one UserError naming the known ones;
+    a model of one pair takes no other languages than its own."""
+    if not is_many_language(tokenizer):
+        for code, own, side in zip(given, defaults, ("source", "target")):
+            if code and own and code != own:
+                raise UserError(
+                    f"{side} language {code!r}: this model translates {defaults[0]} → "
+                    f"{defaults[1]} only"
+                )
+        return defaults
+    src, tgt = (g or d for g, d in zip(given, defaults))
+    if tokenizer.cfg.source_language != "none":
+        tokenizer.language_id(src, "source language")
+    tokenizer.language_id(tgt, "target language")
+    return src, tgt
+
+
+def encode_sources(tokenizer: Tokenizer, texts: list[str], lang: str) -> list[list[int]]:
+    """Source ids of texts in `lang` (only a many-language model's ids depend on it)."""
+    if is_many_language(tokenizer):
+        return tokenizer.encode_src(texts, lang)
+    return tokenizer.encode_src(texts)
+
+
+def forced_first_token(tokenizer: Tokenizer, lang: str) -> int | None:
+    """The first target token forced for `lang` (None: the model forces nothing)."""
+    return tokenizer.first_target_token(lang) if is_many_language(tokenizer) else None

@@ -13,6 +13,7 @@ from .batching import pad
 from .config import DecodeConfig, load_run_config
 from .errors import UserError
 from .model import Transformer
+from .multilingual import check_languages, encode_sources, forced_first_token
 from .quantize import int8_device, quantize_int8
 from .rundir import load_run
 from .runtime import autocast_dtype, resolve_device
@@ -29,6 +30,7 @@ class Source:
     blank line), each ending with EOS."""
 
     segments: tuple[tuple[int, ...], ...]
+    first: int | None = None  # the target's forced first token (a many-language model's tag)
 
     @property
     def tokens(self) -> int:
@@ -53,10 +55,23 @@ class Translator:
         *,
         amp_dtype: torch.dtype | None = None,
         src_lang: str = "en",
+        tgt_lang: str = "",
     ):
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
-        self.device, self.amp_dtype, self.src_lang = device, amp_dtype, src_lang
+        self.device, self.amp_dtype = device, amp_dtype
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_src_len = model.cfg.max_positions
+
+    def set_languages(self, src_lang: str | None = None, tgt_lang: str | None = None) -> None:
+        """Translate from and into these languages from now on (checked: one clear error)."""
+        src, tgt = self.languages(src_lang, tgt_lang)
+        self.src_lang, self.tgt_lang = src, tgt
+
+    def languages(self, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+        """The (source, target) languages a request means, the run's defaults filling in;
+        a language the model lacks (or a missing one it needs) is one UserError."""
+        given, defaults = (src_lang, tgt_lang), (self.src_lang, self.tgt_lang)
+        return check_languages(self.tokenizer, given, defaults)
 
     def translate(self, lines: list[str]) -> list[str]:
         """The best translation of each line; empty (or blank) lines give empty outputs."""
@@ -69,22 +84,32 @@ class Translator:
         """
         return self.translate_sources(self.prepare(lines))
 
-    def prepare(self, lines: list[str], options: DecodeConfig | None = None) -> list[Source]:
+    def prepare(
+        self,
+        lines: list[str],
+        options: DecodeConfig | None = None,
+        *,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
+    ) -> list[Source]:
         """Each line split into sentences (as `options`, default `decode`, say) and encoded,
-        truncated to the model's positions; a blank line has no segments."""
+        truncated to the model's positions; a blank line has no segments. `src_lang` and
+        `tgt_lang` (default: the translator's) matter to a many-language model."""
         options = options or self.decode
+        src_lang, tgt_lang = self.languages(src_lang, tgt_lang)
+        first = forced_first_token(self.tokenizer, tgt_lang)
         split = options.split_sentences and options.nbest == 1
         segments, owner = [], []  # what is decoded, and the line each piece belongs to
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
-            parts = split_sentences(line.strip(), self.src_lang) if split else [line]
+            parts = split_sentences(line.strip(), src_lang.split("_")[0]) if split else [line]
             segments += [p.strip() for p in parts]
             owner += [i] * len(parts)
         pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
-        for i, seq in zip(owner, self._encode(segments, owner)):
+        for i, seq in zip(owner, self._encode(segments, owner, src_lang)):
             pieces[i].append(tuple(seq))
-        return [Source(tuple(p)) for p in pieces]
+        return [Source(tuple(p), first) for p in pieces]
 
     def translate_sources(self, sources: list[Source]) -> list[list[tuple[str, float]]]:
         """`translate_nbest` of lines already prepared (split and encoded)."""
@@ -93,7 +118,8 @@ class Translator:
         for i, source in enumerate(sources):
             ids += [list(seq) for seq in source.segments]
             owner += [i] * len(source.segments)
-        found = self._search(ids, owner)
+        firsts = [sources[i].first for i in owner]
+        found = self._search(ids, owner, firsts)
         by_line: dict[int, list[list[Hypothesis]]] = {}
         for i, hyps in zip(owner, found):
             by_line.setdefault(i, []).append(hyps)
@@ -105,10 +131,10 @@ class Translator:
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def _encode(self, segments: list[str], owner: list[int]) -> list[list[int]]:
+    def _encode(self, segments: list[str], owner: list[int], src_lang: str) -> list[list[int]]:
         """Source ids of each segment, cut to the model's maximum (`owner`: input line
         indices, for the warning)."""
-        ids = self.tokenizer.encode_src(segments) if segments else []
+        ids = encode_sources(self.tokenizer, segments, src_lang) if segments else []
         for j, seq in enumerate(ids):
             if len(seq) > self.max_src_len:
                 log.warning(
@@ -120,15 +146,20 @@ class Translator:
                 ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
         return ids
 
-    def _search(self, ids: list[list[int]], owner: list[int]) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
+    def _search(
+        self, ids: list[list[int]], owner: list[int], firsts: list[int | None]
+    ) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each segment (`owner`: input line indices, for messages;
+        `firsts`: each one's forced first target token, or None)."""
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
         try:
             for chunk in self._batches(ids):
                 try:
-                    results = self._decode_batch([ids[j] for j in chunk])
+                    results = self._decode_batch(
+                        [ids[j] for j in chunk], [firsts[j] for j in chunk]
+                    )
                 except SearchError as e:
                     bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
                     raise UserError(
@@ -160,16 +191,20 @@ class Translator:
             batches.append(current)
         return batches
 
-    def _decode_batch(self, ids: list[list[int]]) -> list[list[Hypothesis]]:
+    def _decode_batch(
+        self, ids: list[list[int]], firsts: list[int | None]
+    ) -> list[list[Hypothesis]]:
         special = self.tokenizer.ids
         src = pad(ids, pad_id=special.pad).to(self.device)
+        # Rows of one batch may start different target languages (a server's requests).
+        first = None if firsts[0] is None else torch.tensor(firsts, device=self.device)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
             else nullcontext()
         )
         with amp:
-            return decode(self.model, src, self.decode, special=special)
+            return decode(self.model, src, self.decode, special=special, first=first)
 
 
 def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:
@@ -197,7 +232,14 @@ def load_translator(
     if int8:  # once, at load: decoding then runs the int8 model like any other
         quantize_int8(run.model)
     amp = autocast_dtype(dev, "auto")
+    data = run.config.data
     translator = Translator(
-        run.model, run.tokenizer, decode, dev, amp_dtype=amp, src_lang=run.config.data.src_lang
+        run.model,
+        run.tokenizer,
+        decode,
+        dev,
+        amp_dtype=amp,
+        src_lang=data.src_lang,
+        tgt_lang=data.tgt_lang,
     )
     return translator, run.checkpoint

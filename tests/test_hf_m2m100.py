@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.cli import app
 from seq2seq.config import load_run_config
+from seq2seq.errors import UserError
 from seq2seq.search import decode
 from seq2seq.translator import load_translator
 
@@ -249,3 +250,131 @@ def test_greedy_and_beam_outputs_are_generates_with_forced_bos(imported, beam):
     assert len(outputs) > 1  # the target language changes what is generated
     # Most ended by choice, at lengths of their own.
     assert len(lengths) > 4 * len(SENTENCES) // 2 and len(set(lengths)) > 2
+
+
+def _hf_texts(model, tok, family: str, lang: str, sources: list[str]) -> list[str]:
+    """generate's greedy translations into `lang`, as text."""
+    tok.src_lang = FAMILIES[family][0]
+    enc = tok(sources, return_tensors="pt", padding=True)
+    token = f"__{lang}__" if family == "m2m100" else lang
+    out = model.generate(
+        **enc,
+        forced_bos_token_id=tok.convert_tokens_to_ids(token),
+        num_beams=1,
+        do_sample=False,
+        max_new_tokens=CAP,
+        bad_words_ids=[[0], [1]],
+    )
+    # Language tokens are not text (transformers 5's M2M100Tokenizer built in place does not
+    # count them special: they are dropped here).
+    languages = set(getattr(tok, "lang_code_to_id", {}).values())
+    rows = [[i for i in row if i not in languages] for row in out[:, 2:].tolist()]
+    return [" ".join(t.split()) for t in tok.batch_decode(rows, skip_special_tokens=True)]
+
+
+def test_translate_tgt_lang_picks_the_language_and_an_unknown_one_is_one_error(imported, tmp_path):
+    family, model, tok, run = imported
+    _, _, others = FAMILIES[family]
+    lines = SENTENCES[:3]
+    (tmp_path / "in.txt").write_text("".join(s + "\n" for s in lines), "utf-8")
+    base = ["translate", "--run", run, "--input", tmp_path / "in.txt", "--beam-size", "1"]
+    base += ["--no-split-sentences", "--device", "cpu"]
+    for lang in others[:2]:
+        out = tmp_path / f"out.{lang}"
+        cli("--quiet", *base, "--tgt-lang", lang, "--output", out)
+        ours = out.read_text("utf-8").splitlines()
+        assert ours == _hf_texts(model, tok, family, lang, lines)
+    result = cli("--quiet", *base, "--tgt-lang", "xx_Yyyy", "--output", tmp_path / "bad", code=1)
+    assert "'xx_Yyyy' is not one of the model's languages" in result.output
+    assert others[0] in result.output  # it names the known ones
+    assert not (tmp_path / "bad").exists()
+    result = cli("--quiet", *base, "--src-lang", "qq", "--output", tmp_path / "bad", code=1)
+    assert "source language 'qq'" in result.output and not (tmp_path / "bad").exists()
+
+
+def test_a_run_without_a_default_target_needs_one_and_says_which(imported, tmp_path):
+    family, _, _, run = imported
+    tr, _ = load_translator(run, device="cpu")
+    tr.tgt_lang = ""  # as an import whose tokenizer named no target language
+    with pytest.raises(UserError, match="needs a target language"):
+        tr.translate(["I have three cats."])
+    lang = FAMILIES[family][2][0]
+    tr.set_languages(tgt_lang=lang)
+    explicit = tr.translate_sources(tr.prepare(SENTENCES, tgt_lang=lang))
+    assert tr.translate(SENTENCES) == [hyps[0][0] for hyps in explicit]
+
+
+def test_one_batch_may_mix_target_languages(imported):
+    family, _, _, run = imported
+    tr, _ = load_translator(run, device="cpu")
+    langs = FAMILIES[family][2]
+    alone = {lang: tr.translate_sources(tr.prepare(SENTENCES, tgt_lang=lang)) for lang in langs}
+    mixed = []
+    for i, text in enumerate(SENTENCES):
+        mixed += tr.prepare([text], tgt_lang=langs[i % len(langs)])
+    together = tr.translate_sources(mixed)  # one call: the rows share batches
+    assert together == [alone[langs[i % len(langs)]][i] for i in range(len(SENTENCES))]
+
+
+def test_evaluate_and_info_know_the_languages(imported, tmp_path):
+    family, model, tok, run = imported
+    lang = FAMILIES[family][2][0]
+    (tmp_path / "src").write_text("".join(s + "\n" for s in SENTENCES[:3]), "utf-8")
+    (tmp_path / "ref").write_text("".join(s + "\n" for s in SENTENCES[:3]), "utf-8")
+    args = ["evaluate", "--run", run, "--src", tmp_path / "src", "--ref", tmp_path / "ref"]
+    args += ["--beam-size", "1", "--no-split-sentences", "--device", "cpu"]
+    cli("--quiet", *args, "--tgt-lang", lang, "--json", tmp_path / "r.json")
+    report = json.loads((tmp_path / "r.json").read_text("utf-8"))
+    assert report["languages"]["target"] == lang
+    assert report["hypotheses"] == _hf_texts(model, tok, family, lang, SENTENCES[:3])
+    cli("--quiet", *args, "--tgt-lang", "nope", "--json", tmp_path / "bad.json", code=1)
+    assert not (tmp_path / "bad.json").exists()
+    shown = cli("info", "--run", run).output
+    assert "languages:" in shown and lang in shown
+    assert lang in json.loads(cli("info", "--run", run, "--json").output)["languages"]
+
+
+def test_serve_takes_a_target_language_per_request(imported):
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+
+    family, _, _, run = imported
+    tr, path = load_translator(run, device="cpu")
+    cfg = serve_app.ServeConfig()
+    info = serve_app.run_info(run, path, tr, cfg)
+    langs = FAMILIES[family][2]
+    assert set(langs) <= set(info["languages"])
+    with TestClient(serve_app.create_app(tr, info, cfg)) as client:
+        answers = []
+        for lang in langs[:2]:
+            got = client.post("/translate", json={"texts": SENTENCES[:3], "target_lang": lang})
+            assert got.status_code == 200, got.text
+            ours = tr.translate_sources(tr.prepare(SENTENCES[:3], tgt_lang=lang))
+            assert got.json()["translations"] == [o[0][0] for o in ours]
+            answers.append(got.json()["translations"])
+        assert answers[0] != answers[1]
+        bad = client.post("/translate", json={"text": "Hello.", "target_lang": "xx"})
+        assert bad.status_code == 422 and bad.json()["field"] == "target_lang"
+        assert langs[0] in bad.json()["error"]
+
+
+def test_unsupported_architecture_and_missing_tokenizer_files_are_one_error_each(
+    tmp_path, sentencepiece_model
+):
+    hf = tmp_path / "hf"
+    save_m2m100(hf, "nllb", sentencepiece_model)
+    config = json.loads((hf / "config.json").read_text())
+    t5 = tmp_path / "t5"
+    shutil.copytree(hf, t5)
+    (t5 / "config.json").write_text(json.dumps({**config, "model_type": "t5"}))
+    result = cli("import", "hf", t5, tmp_path / "run", code=1)
+    assert "model_type 't5' is not supported" in result.output and "m2m_100" in result.output
+    for name in ("sentencepiece.bpe.model", "tokenizer.json", "tokenizer_config.json"):
+        broken = tmp_path / f"without-{name}"
+        shutil.copytree(hf, broken)
+        (broken / name).unlink()
+        result = cli("import", "hf", broken, tmp_path / "run", code=1)
+        assert f"tokenizer file missing: {broken / name}" in result.output
+    assert not (tmp_path / "run").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

@@ -24,6 +24,7 @@ from typing import Any
 
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
+from ..errors import UserError
 from ..translator import Source, Translator
 from .batcher import Batcher, BatchLimits, Hypotheses, OverBudget, QueueFull, Stopped
 from .schema import (
@@ -62,6 +63,17 @@ def translator_decode(translator: Translator):
     return decode
 
 
+def prepare_languages(translator: Translator, req: TranslateRequest) -> list[Source]:
+    """The request's lines encoded for its languages (a batch may mix target languages: each
+    source carries its forced first token); a language the model lacks is a 422."""
+    try:
+        src, tgt = translator.languages(req.source_lang, req.target_lang)
+    except UserError as e:
+        field = "source_lang" if "source language" in str(e) else "target_lang"
+        raise RequestError(422, field, str(e)) from None
+    return translator.prepare(req.lines, req.options, src_lang=src, tgt_lang=tgt)
+
+
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
     from ..info import run_summary
@@ -74,6 +86,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
         "run_dir": str(Path(run_dir).resolve()),
         "source_language": run_cfg.data.src_lang,
         "target_language": run_cfg.data.tgt_lang,
+        "languages": summary["languages"],
         "checkpoint": str(Path(checkpoint).resolve()),
         "steps_trained": summary["steps_trained"],
         "best_bleu": summary["best_bleu"],
@@ -205,7 +218,7 @@ def _add_translate_route(
         # event loop must go on answering /health meanwhile. Encoded once, here, for the
         # decoder too.
         req = parse_translate_request(body, limits, defaults)
-        sources = translator.prepare(req.lines, req.options)
+        sources = prepare_languages(translator, req)
         check_source_tokens(req, sum(s.tokens for s in sources), limits)
         return req, sources
 

@@ -56,6 +56,12 @@ class TranslateBody(BaseModel):
     length_penalty: float | None = Field(
         None, description=f"GNMT α, 0 to {MAX_LENGTH_PENALTY} (run's default)."
     )
+    source_lang: str | None = Field(
+        None, description="Source language of a many-language model (run's default)."
+    )
+    target_lang: str | None = Field(
+        None, description="Target language of a many-language model (run's default)."
+    )
 
 
 @dataclass(frozen=True)
@@ -65,6 +71,8 @@ class TranslateRequest:
     lines: list[str]
     single: bool
     options: DecodeConfig
+    source_lang: str | None = None
+    target_lang: str | None = None
 
 
 def _field(loc: tuple) -> str:
@@ -144,7 +152,8 @@ def parse_translate_request(
             raise RequestError(
                 422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
             ) from None
-    return TranslateRequest(lines, single, _options(req, limits, defaults))
+    options = _options(req, limits, defaults)
+    return TranslateRequest(lines, single, options, req.source_lang, req.target_lang)
 
 
 def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimits) -> None:
