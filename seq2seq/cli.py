@@ -662,7 +662,10 @@ def export(
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist or be empty).")],
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
     format: Annotated[
-        str, typer.Option("--format", "-f", help="ctranslate2 or hf-marian.")
+        str,
+        typer.Option(
+            "--format", "-f", help="ctranslate2, hf-marian, or hf (M2M100/NLLB runs as such)."
+        ),
     ] = "ctranslate2",
     checkpoint: Checkpoint = None,
     quantization: Annotated[
@@ -692,8 +695,13 @@ def export(
 
         written = export_hf_marian(run, out, checkpoint)
         print(f"wrote {written} (MarianMTModel and MarianTokenizer files)")
+    elif format == "hf":
+        from .hf_m2m100 import export_hf
+
+        written = export_hf(run, out, checkpoint)
+        print(f"wrote {written} (a Hugging Face model folder with its tokenizer files)")
     else:
-        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian")
+        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian, hf")
 
 
 @app.command()

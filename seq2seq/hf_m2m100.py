@@ -14,6 +14,7 @@ Reading a checkpoint never runs code from it: safetensors, or `torch.load(weight
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import torch
 from pydantic import ValidationError
-from safetensors.torch import save_model
+from safetensors.torch import save_file, save_model
 
 from .checkpoint import IMPORTED_FROM, checkpoint_dir
 from .config import (
@@ -32,6 +33,8 @@ from .config import (
     DecodeConfig,
     ModelConfig,
     TokenizerConfig,
+    load_run_config,
+    run_decode,
     save_config,
 )
 from .errors import UserError
@@ -42,11 +45,12 @@ from .hf_marian import (
     _generation_settings,
     _layer_table,
     _tensor,
+    export_hf_marian,
     import_hf_marian,
     read_weights,
     resolve_source,
 )
-from .model import Vocabulary, build_model
+from .model import Transformer, Vocabulary, build_model
 from .multilingual import (
     M2M100_LANGUAGES,
     NLLB_OFFSET,
@@ -58,7 +62,7 @@ from .multilingual import (
     m2m100_vocab,
     nllb_vocab,
 )
-from .tokenizer import TOKENIZER_DIR, read_json
+from .tokenizer import TOKENIZER_DIR, SpecialIds, read_json
 
 log = logging.getLogger(__name__)
 
@@ -316,3 +320,119 @@ def _decode_config(folder: Path, hf: dict) -> DecodeConfig:
         alpha = max(float(generation["length_penalty"]), 0.0)
         decode = decode.model_copy(update={"length_penalty": alpha})
     return decode
+
+
+# ---------------------------------------------------------------------------------- export
+
+
+def m2m100_tensors(model: Transformer) -> dict[str, torch.Tensor]:
+    """The model's weights under M2M100ForConditionalGeneration's names (one tensor per name;
+    tied matrices written under each name, as transformers reads either)."""
+    cfg = model.cfg
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    out = {
+        "model.shared.weight": state["src_embed.weight"],
+        "model.encoder.embed_tokens.weight": state["src_embed.weight"],
+        "model.decoder.embed_tokens.weight": state["tgt_embed.weight"],
+        "lm_head.weight": state["output.weight"],
+    }
+    for ours, theirs in (("encoder_norm", "model.encoder.layer_norm"),
+                         ("decoder_norm", "model.decoder.layer_norm")):  # fmt: skip
+        for kind in ("weight", "bias"):
+            out[f"{theirs}.{kind}"] = state[f"{ours}.{kind}"]
+    for ours, theirs, _ in _layer_table(cfg.encoder_layers, cfg.decoder_layers):
+        for kind in ("weight", "bias"):
+            # A fused projection is its parts stacked: q, k, v (or k, v) of d_model rows each.
+            for name, part in zip(theirs, state[f"{ours}.{kind}"].chunk(len(theirs), dim=0)):
+                out[f"{name}.{kind}"] = part
+    return {k: v.float().contiguous().clone() for k, v in out.items()}
+
+
+def m2m100_config(model: Transformer, cfg: Config, decode: DecodeConfig) -> tuple[dict, dict]:
+    """config.json and generation_config.json of the run as an M2M100 model."""
+    m, t = model.cfg, cfg.tokenizer
+    config = {
+        "architectures": ["M2M100ForConditionalGeneration"],
+        "model_type": "m2m_100",
+        "is_encoder_decoder": True,
+        "vocab_size": t.vocab_size,
+        "d_model": m.d_model,
+        "encoder_layers": m.encoder_layers,
+        "decoder_layers": m.decoder_layers,
+        "encoder_attention_heads": m.heads,
+        "decoder_attention_heads": m.heads,
+        "encoder_ffn_dim": m.ffn_dim,
+        "decoder_ffn_dim": m.ffn_dim,
+        "activation_function": m.activation,
+        "dropout": m.dropout,
+        "attention_dropout": m.attention_dropout,
+        "activation_dropout": 0.0,
+        "max_position_embeddings": m.max_positions,
+        "scale_embedding": m.scale_embeddings,
+        "tie_word_embeddings": model.output.weight is model.tgt_embed.weight,
+        "pad_token_id": t.pad_id,
+        "bos_token_id": t.bos_id,
+        "eos_token_id": t.eos_id,
+        "decoder_start_token_id": t.start_id,
+        "dtype": "float32",
+    }
+    generation = {
+        "pad_token_id": t.pad_id,
+        "bos_token_id": t.bos_id,
+        "eos_token_id": t.eos_id,
+        "decoder_start_token_id": t.start_id,
+        # What this project never outputs, HF must not either, for the same translations.
+        "bad_words_ids": [[i] for i in SpecialIds.of(t).never_generated],
+        "num_beams": decode.beam_size,
+        "length_penalty": decode.length_penalty,
+        "early_stopping": True,
+        "max_length": m.max_positions,
+    }
+    if cfg.data.tgt_lang in t.languages:  # the run's default direction
+        generation["forced_bos_token_id"] = t.languages[cfg.data.tgt_lang]
+    return config, generation
+
+
+def export_hf_m2m100(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
+    """Write an M2M100/NLLB run as a saved M2M100ForConditionalGeneration folder with its
+    tokenizer files, which transformers' from_pretrained reads."""
+    from .translator import load_translator
+
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"{out} exists and is not an empty folder; choose a new one")
+    cfg = load_run_config(run_dir)
+    if cfg.tokenizer.layout not in ("m2m100", "nllb"):
+        raise UserError(
+            f"{run_dir}: a {cfg.tokenizer.layout} tokenizer has no M2M100 form (export hf "
+            "writes runs imported from M2M100 or NLLB)"
+        )
+    translator, _ = load_translator(
+        run_dir, checkpoint, "cpu", decode=run_decode(run_dir, quantize="none")
+    )
+    config, generation = m2m100_config(translator.model, cfg, translator.decode)
+    tensors = m2m100_tensors(translator.model)
+    tok_dir = Path(run_dir) / TOKENIZER_DIR
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
+        staging = Path(tmp) / "out"
+        staging.mkdir()
+        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
+        (staging / "generation_config.json").write_text(json.dumps(generation, indent=2), "utf-8")
+        for path in tok_dir.iterdir():
+            if path.is_file():
+                shutil.copyfile(path, staging / path.name)
+        if out.is_dir():
+            out.rmdir()
+        os.replace(staging, out)
+    return out
+
+
+def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
+    """Write a run as the Hugging Face model it has the form of: M2M100 for an M2M100/NLLB
+    run, MarianMTModel otherwise."""
+    layout = load_run_config(run_dir).tokenizer.layout
+    if layout in ("m2m100", "nllb"):
+        return export_hf_m2m100(run_dir, out, checkpoint)
+    return export_hf_marian(run_dir, out, checkpoint)

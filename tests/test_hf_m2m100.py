@@ -94,7 +94,9 @@ def nllb_tokenizer(sp_model: Path, folder: Path):
     return transformers.AutoTokenizer.from_pretrained(folder)
 
 
-def save_m2m100(folder: Path, family: str, sp_model: Path, *, weights: str = "safetensors"):
+def save_m2m100(
+    folder: Path, family: str, sp_model: Path, *, weights: str = "safetensors", tied: bool = False
+):
     """A tiny random M2M100ForConditionalGeneration and its tokenizer, as save_pretrained
     writes them (NLLB's folder also gets sentencepiece.bpe.model, as the hub's have)."""
     folder.mkdir(parents=True)
@@ -121,16 +123,25 @@ def save_m2m100(folder: Path, family: str, sp_model: Path, *, weights: str = "sa
         eos_token_id=2,
         decoder_start_token_id=2,
         init_std=0.2,  # peaked enough that greedy choices are not near-ties
-        tie_word_embeddings=False,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(3)
     model = transformers.M2M100ForConditionalGeneration(config).eval()
     with torch.no_grad():
+        if tied:  # the released checkpoints' layout: one matrix in, out and on both sides
+            return _saved(model, tok, folder, family, sp_model, weights)
         # EOS scores peak near position 12, so sentences end within the cap (where both
         # searches agree on ending) at lengths of their own, not in a random model's loops.
         table = model.model.decoder.embed_positions.get_embedding(16, 32, config.pad_token_id)
         model.lm_head.weight[config.eos_token_id] = 0.8 * table[14]
-    model.save_pretrained(folder, safe_serialization=weights == "safetensors")
+    return _saved(model, tok, folder, family, sp_model, weights)
+
+
+def _saved(model, tok, folder: Path, family: str, sp_model: Path, weights: str):
+    model.save_pretrained(folder)
+    if weights == "bin":  # transformers 5 writes safetensors only; older releases wrote this
+        torch.save(model.state_dict(), folder / "pytorch_model.bin")
+        (folder / "model.safetensors").unlink()
     tok.save_pretrained(folder)
     if family == "nllb":
         shutil.copyfile(sp_model, folder / "sentencepiece.bpe.model")
@@ -378,3 +389,55 @@ def test_unsupported_architecture_and_missing_tokenizer_files_are_one_error_each
         assert f"tokenizer file missing: {broken / name}" in result.output
     assert not (tmp_path / "run").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+def test_export_back_to_hf_gives_transformers_the_same_model_and_tokenizer(imported, tmp_path):
+    family, model, tok, run = imported
+    cli("--quiet", "export", "--run", run, "--format", "hf", tmp_path / "out")
+    again = transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
+    theirs = dict(model.state_dict())
+    # Untied, transformers 5 keeps `shared` beside the encoder's and decoder's own tables,
+    # and reads neither through it: that matrix is unused.
+    unused = set() if model.config.tie_word_embeddings else {"model.shared.weight"}
+    for name, tensor in again.state_dict().items():
+        assert name in unused or torch.equal(tensor, theirs[name]), name
+    tok_again = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    src_lang, _, others = FAMILIES[family]
+    tok.src_lang = tok_again.src_lang = src_lang
+    assert tok_again(SENTENCES).input_ids == tok(SENTENCES).input_ids
+    enc = tok(SENTENCES, return_tensors="pt", padding=True)
+    lang_id = load_translator(run, device="cpu")[0].tokenizer.language_id(others[0])
+    settings = {"forced_bos_token_id": lang_id, "num_beams": 4, "max_new_tokens": CAP}
+    assert torch.equal(again.generate(**enc, **settings), model.generate(**enc, **settings))
+    result = cli("export", "--run", run, "--format", "hf", tmp_path / "out", code=1)
+    assert "not an empty folder" in result.output
+
+
+def test_a_tied_model_from_bin_weights_imports_and_exports_exactly(tmp_path, sentencepiece_model):
+    model, tok = save_m2m100(
+        tmp_path / "hf", "m2m100", sentencepiece_model, weights="bin", tied=True
+    )
+    assert (tmp_path / "hf" / "pytorch_model.bin").is_file()
+    cli("--quiet", "import", "hf", tmp_path / "hf", tmp_path / "run")
+    tr, _ = load_translator(tmp_path / "run", device="cpu")
+    assert (
+        tr.model.src_embed is tr.model.tgt_embed
+        and tr.model.output.weight is tr.model.tgt_embed.weight
+    )
+    special = tr.tokenizer.ids
+    src = pad(tr.tokenizer.encode_src(SENTENCES, "en"), pad_id=special.pad)
+    tgt_in = pad(
+        [[special.start, *ids] for ids in tr.tokenizer.encode_tgt(TARGETS, "de")],
+        pad_id=special.pad,
+    )
+    mask = padding_mask(src, special.pad)
+    with torch.no_grad():
+        theirs = model(input_ids=src[:3], attention_mask=mask[:3], decoder_input_ids=tgt_in).logits
+        ours = tr.model(src[:3], tgt_in, mask[:3], no_peek_mask(tgt_in, special.pad))
+    real = tgt_in != special.pad
+    assert (theirs - ours)[real].abs().max().item() < 1e-4
+    cli("--quiet", "export", "--run", tmp_path / "run", "--format", "hf", tmp_path / "out")
+    again = transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "out")
+    assert again.config.tie_word_embeddings
+    for name, tensor in again.state_dict().items():
+        assert torch.equal(tensor, model.state_dict()[name]), name
