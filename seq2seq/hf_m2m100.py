@@ -69,6 +69,8 @@ log = logging.getLogger(__name__)
 SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration (M2M100, NLLB)"}
 # Tokenizer files kept beside the run's own, so an export can give them back.
 HF_TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "special_tokens_map.json")
+# What a hub download fetches beside Marian's files and the weights.
+HUB_FILES = (SPM_FILE, VOCAB_FILE, *HF_TOKENIZER_FILES)
 FAIRSEQ_IDS = {"bos": 0, "pad": 1, "eos": 2, "unk": 3}
 
 
@@ -87,7 +89,7 @@ def model_type(folder: Path) -> str:
 def import_hf(source: str, run_dir: Path) -> Config:
     """Import a saved Hugging Face translation model (folder or hub name), recognised by
     config.json: MarianMTModel, or M2M100ForConditionalGeneration (M2M100, NLLB)."""
-    folder = resolve_source(source)
+    folder = resolve_source(source, HUB_FILES)
     if model_type(folder) == "marian":
         return import_hf_marian(source, run_dir)
     return import_hf_m2m100(source, run_dir)
@@ -98,7 +100,7 @@ def import_hf_m2m100(source: str, run_dir: Path) -> Config:
     run_dir = Path(run_dir)
     if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
         raise UserError(f"{run_dir} exists and is not an empty folder; choose a new one")
-    folder = resolve_source(source)
+    folder = resolve_source(source, HUB_FILES)
     try:
         imported = _convert(folder, run_dir)
     except ValidationError as e:
@@ -129,6 +131,8 @@ def import_hf_m2m100(source: str, run_dir: Path) -> Config:
 
 def _convert(folder: Path, run_dir: Path) -> Imported:
     """Config and model of a saved M2M100/NLLB folder (no files written)."""
+    if model_type(folder) != "m2m_100":
+        raise UserError(f"{folder}/config.json: not an M2M100 model (import it with `import hf`)")
     hf = read_json(folder / "config.json")
     tok_json = _tokenizer_json(folder)
     layout = _layout(folder, tok_json)

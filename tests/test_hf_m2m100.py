@@ -441,3 +441,19 @@ def test_a_tied_model_from_bin_weights_imports_and_exports_exactly(tmp_path, sen
     assert again.config.tie_word_embeddings
     for name, tensor in again.state_dict().items():
         assert torch.equal(tensor, model.state_dict()[name]), name
+
+
+def test_an_nllb_hub_name_is_read_from_the_cache_offline(
+    monkeypatch, tmp_path, sentencepiece_model
+):
+    from huggingface_hub import constants
+
+    save_m2m100(tmp_path / "files", "nllb", sentencepiece_model)
+    repo_dir = tmp_path / "cache" / "models--tiny--nllb"
+    shutil.copytree(tmp_path / "files", repo_dir / "snapshots" / ("0" * 40))
+    (repo_dir / "refs").mkdir()
+    (repo_dir / "refs" / "main").write_text("0" * 40)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    cli("--quiet", "import", "hf", "tiny/nllb", tmp_path / "run")
+    assert load_run_config(tmp_path / "run").tokenizer.layout == "nllb"
