@@ -233,7 +233,8 @@ def main() -> None:
             for name, (hyps, seconds) in found.items()
         }
         results[mode]["words_per_output"] = words
-        results[mode]["pieces_per_output"] = sum(len(p) for p in tok(ours).input_ids) / len(ours)
+        pieces = sum(len(p) - 2 for p in tok(ours).input_ids)  # without the tag and EOS
+        results[mode]["pieces_per_output"] = pieces / len(ours)
         for peer in ("hf_generate", "ctranslate2_float32"):
             ratio = results[mode]["seq2seq"]["sent_s"] / results[mode][peer]["sent_s"]
             results[mode][f"seq2seq_vs_{peer}"] = ratio
