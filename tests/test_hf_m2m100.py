@@ -457,3 +457,19 @@ def test_an_nllb_hub_name_is_read_from_the_cache_offline(
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     cli("--quiet", "import", "hf", "tiny/nllb", tmp_path / "run")
     assert load_run_config(tmp_path / "run").tokenizer.layout == "nllb"
+
+
+def test_nllb_legacy_behaviour_puts_the_source_language_after_eos(tmp_path, sentencepiece_model):
+    save_m2m100(tmp_path / "hf", "nllb", sentencepiece_model)
+    config = json.loads((tmp_path / "hf" / "tokenizer_config.json").read_text())
+    config["legacy_behaviour"] = True
+    (tmp_path / "hf" / "tokenizer_config.json").write_text(json.dumps(config))
+    hf_tok = transformers.AutoTokenizer.from_pretrained(tmp_path / "hf")
+    cli("--quiet", "import", "hf", tmp_path / "hf", tmp_path / "run")
+    assert load_run_config(tmp_path / "run").tokenizer.source_language == "suffix"
+    ours = load_translator(tmp_path / "run", device="cpu")[0].tokenizer
+    for lang in ("eng_Latn", "deu_Latn"):
+        hf_tok.src_lang = lang
+        expected = hf_tok(SENTENCES).input_ids
+        assert all(ids[-2:] == [2, hf_tok.convert_tokens_to_ids(lang)] for ids in expected)
+        assert ours.encode_src(SENTENCES, lang) == expected
