@@ -235,6 +235,14 @@ LengthPenalty = Annotated[
 BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
 MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
+SrcLang = Annotated[
+    str | None,
+    typer.Option(help="Source language of a many-language model (M2M100 `en`, NLLB `eng_Latn`)."),
+]
+TgtLang = Annotated[
+    str | None,
+    typer.Option(help="Target language of a many-language model (M2M100 `fr`, NLLB `fra_Latn`)."),
+]
 SplitSentences = Annotated[
     bool | None,
     typer.Option(
@@ -278,6 +286,8 @@ def evaluate(
     quantize: Quantize = None,
     glossary: GlossaryFile = None,
     constraints: ConstraintsFile = None,
+    src_lang: SrcLang = None,
+    tgt_lang: TgtLang = None,
     output_dir: Annotated[
         Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
     ] = None,
@@ -332,6 +342,8 @@ def evaluate(
         baseline=baseline,
         glossary=terms,
         constraints=given,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
     )
     _print_report(report)
     failed = _regressed(report.get("comparison"), fail_on_regression)
@@ -404,6 +416,8 @@ def translate(
     quantize: Quantize = None,
     glossary: GlossaryFile = None,
     constraints: ConstraintsFile = None,
+    src_lang: SrcLang = None,
+    tgt_lang: TgtLang = None,
     errors: Annotated[
         str,
         typer.Option(
@@ -419,6 +433,7 @@ def translate(
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
       seq2seq translate --run runs/demo --nbest 4 < in.en | head\n
       seq2seq translate --run runs/demo --glossary terms.tsv < in.en
+      seq2seq translate --run runs/nllb --src-lang eng_Latn --tgt-lang fra_Latn < in.en
     """
     from .streams import translate_files
     from .translator import load_translator
@@ -440,6 +455,7 @@ def translate(
     terms, given = _terminology(glossary, constraints)
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
     translator.glossary = terms
+    translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
     translate_files(translator, input, output, errors, constraints=given)
 
 
@@ -692,7 +708,10 @@ def export(
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist or be empty).")],
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
     format: Annotated[
-        str, typer.Option("--format", "-f", help="ctranslate2 or hf-marian.")
+        str,
+        typer.Option(
+            "--format", "-f", help="ctranslate2, hf-marian, or hf (M2M100/NLLB runs as such)."
+        ),
     ] = "ctranslate2",
     checkpoint: Checkpoint = None,
     quantization: Annotated[
@@ -722,8 +741,13 @@ def export(
 
         written = export_hf_marian(run, out, checkpoint)
         print(f"wrote {written} (MarianMTModel and MarianTokenizer files)")
+    elif format == "hf":
+        from .hf_m2m100 import export_hf
+
+        written = export_hf(run, out, checkpoint)
+        print(f"wrote {written} (a Hugging Face model folder with its tokenizer files)")
     else:
-        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian")
+        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian, hf")
 
 
 @app.command()
@@ -757,10 +781,39 @@ import_app = typer.Typer(
     name="import",
     help="Turn a pretrained model into a run directory.\n\n"
     "Example:\n\n"
-    "  seq2seq import hf-marian Helsinki-NLP/opus-mt-en-fr runs/opus-mt-en-fr",
+    "  seq2seq import hf-marian Helsinki-NLP/opus-mt-en-fr runs/opus-mt-en-fr\n\n"
+    "  seq2seq import hf ~/models/nllb-200-distilled-600M runs/nllb",
     no_args_is_help=True,
 )
 app.add_typer(import_app)
+
+
+@import_app.command("hf")
+@_user_errors
+def import_hf(
+    ctx: typer.Context,
+    source: Annotated[
+        str,
+        typer.Argument(help="A saved Hugging Face model folder, or a hub name (offline: cache)."),
+    ],
+    run: Annotated[Path, typer.Argument(help="Run directory to create (new or empty).")],
+) -> None:
+    """Import a Hugging Face translation model, recognised from its config.json: MarianMTModel
+    (OPUS-MT) or M2M100ForConditionalGeneration (M2M100, NLLB-200, with their languages).
+
+    Examples:\n
+      seq2seq import hf ~/models/m2m100_418M runs/m2m100\n
+      seq2seq import hf ~/models/nllb-200-distilled-600M runs/nllb
+    """
+    from .hf_m2m100 import import_hf as run_import
+
+    cfg = run_import(source, run)
+    m, t = cfg.model, cfg.tokenizer
+    langs = f", {len(t.languages)} languages" if t.languages else ""
+    print(
+        f"imported {source} into {run}: {m.encoder_layers}+{m.decoder_layers} layers, d_model "
+        f"{m.d_model}, {m.activation}, vocabulary {t.vocab_size}{langs}"
+    )
 
 
 @import_app.command("hf-marian")

@@ -116,11 +116,28 @@ class TokenizerConfig(_Strict):
     max_sentences: PositiveInt = Field(
         2_000_000, description="Sentences sampled from the training split to train SentencePiece."
     )
-    layout: Literal["sentencepiece", "marian"] = Field(
+    layout: Literal["sentencepiece", "marian", "m2m100", "nllb"] = Field(
         "sentencepiece",
         description="`sentencepiece`: ids are the SentencePiece model's own (`spm.model`, or "
         "`src.model` + `tgt.model`); `marian`: `source.spm`/`target.spm` pieces mapped to ids "
-        "through `vocab.json` (OPUS-MT; written by `seq2seq import hf-marian`, not trained).",
+        "through `vocab.json` (OPUS-MT; written by `seq2seq import hf-marian`, not trained); "
+        "`m2m100`: `sentencepiece.bpe.model` pieces mapped through `vocab.json`; `nllb`: "
+        "fairseq's dictionary, SentencePiece id + 1 (written by `seq2seq import hf`).",
+    )
+    languages: dict[str, TokenId] = Field(
+        default_factory=dict,
+        description="Language code → id of its atomic language token (`fr` → `__fr__` in "
+        "M2M100, `fra_Latn` in NLLB); empty for a model of one language pair.",
+    )
+    source_language: Literal["none", "prefix", "suffix"] = Field(
+        "none",
+        description="Where the source language token goes: `prefix` [lang] text </s> "
+        "(M2M100, NLLB), `suffix` text </s> [lang] (NLLB's legacy behaviour), `none`.",
+    )
+    target_language: Literal["none", "forced_first"] = Field(
+        "none",
+        description="`forced_first`: the decoder starts from decoder_start_id and its first "
+        "output is forced to the target language token (M2M100/NLLB forced_bos_token_id).",
     )
     pad_id: TokenId = Field(0, description="Id of padding (never generated).")
     bos_id: TokenId | None = Field(
@@ -190,6 +207,16 @@ class ModelConfig(_Strict):
         False,
         description="A fixed bias on the output logits, loaded with the weights and not trained "
         "(Marian's final_logits_bias).",
+    )
+    positions: Literal["sinusoidal", "fairseq"] = Field(
+        "sinusoidal",
+        description="Positional table: `sinusoidal` §3.5's; `fairseq` fairseq's (M2M100, NLLB): "
+        "all sines then all cosines, frequencies 10000^(-i/(d/2-1)).",
+    )
+    position_offset: Annotated[int, Field(ge=0)] = Field(
+        0,
+        description="Row of the table the first position reads (fairseq: pad_id + 1, since its "
+        "positions count from after the padding index).",
     )
 
     @model_validator(mode="after")

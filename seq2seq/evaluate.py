@@ -218,6 +218,8 @@ def evaluate(
     baseline: Path | None = None,
     glossary: Glossary | None = None,
     constraints: list[list[str]] | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked.
     With a `glossary` or `constraints` (target terms per line), the report has the term use."""
@@ -233,6 +235,7 @@ def evaluate(
         raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
     translator, used = load_translator(run_dir, checkpoint, device, decode=decode)
     translator.glossary = glossary
+    translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
     hypotheses = translator.translate(sources, constraints)
     s = score(hypotheses, references)
 
@@ -245,6 +248,7 @@ def evaluate(
         "checkpoint": str(used),
         "data": described,
         "sentences": len(sources),
+        "languages": {"source": translator.src_lang, "target": translator.tgt_lang},
         "references_sha256": _fingerprint(references),
         "bleu": s.bleu,
         "bleu_signature": s.bleu_signature,

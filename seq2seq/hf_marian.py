@@ -135,9 +135,10 @@ def marian_positions(length: int, d_model: int) -> torch.Tensor:
 # ---------------------------------------------------------------------------------- import
 
 
-def resolve_source(source: str) -> Path:
+def resolve_source(source: str, extra_files: tuple[str, ...] = ()) -> Path:
     """A local folder, or a hub model name (`Helsinki-NLP/opus-mt-en-fr`) fetched through
-    huggingface_hub: downloaded when online, from its cache when offline."""
+    huggingface_hub: downloaded when online, from its cache when offline (Marian's small files,
+    `extra_files` too, and the weights)."""
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -152,6 +153,7 @@ def resolve_source(source: str) -> Path:
             "importing from the hub needs huggingface_hub: pip install huggingface_hub"
         ) from None
     small = ["config.json", "generation_config.json", *MARIAN_FILES, MARIAN_TARGET_VOCAB]
+    small += list(extra_files)
     try:
         folder = Path(snapshot_download(source, allow_patterns=[*small, "model.safetensors"]))
         if not (folder / "model.safetensors").is_file():  # an older repository: weights as .bin

@@ -53,11 +53,17 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "parameters": _parameters(cfg.model, tokenizer),
         "tokenizer": {
             # An imported Marian vocabulary is named by its layout (its pieces' type is its own).
-            "type": cfg.tokenizer.type if cfg.tokenizer.layout == "sentencepiece" else "marian",
+            "type": cfg.tokenizer.type
+            if cfg.tokenizer.layout == "sentencepiece"
+            else cfg.tokenizer.layout,
             "joint": tokenizer.joint,
             "src_vocab": tokenizer.src_vocab_size,
             "tgt_vocab": tokenizer.tgt_vocab_size,
         },
+        # A many-language model's languages (its codes), and the direction it translates unless
+        # told (translate --src-lang/--tgt-lang, a server request's source_lang/target_lang).
+        "languages": sorted(cfg.tokenizer.languages),
+        "direction": {"source": cfg.data.src_lang, "target": cfg.data.tgt_lang},
         "steps_trained": checkpoints[-1].step if checkpoints else 0,
         "checkpoints": [c.step for c in checkpoints],
         "has_best": (checkpoint_dir(run_dir) / f"{BEST}.safetensors").is_file(),
@@ -71,6 +77,15 @@ def _parameters(model_cfg, tokenizer) -> int:
 
     with torch.device("meta"):
         return count_parameters(build_model(model_cfg, tokenizer))
+
+
+def _language_lines(info: dict[str, Any]) -> list[tuple[str, str]]:
+    languages = info.get("languages")
+    if not languages:
+        return []
+    d = info["direction"]
+    default = f"{d['source'] or '?'} → {d['target'] or '?'}"
+    return [("languages", f"{len(languages)}: {', '.join(languages)}"), ("default", default)]
 
 
 def format_summary(info: dict[str, Any]) -> str:
@@ -96,6 +111,7 @@ def format_summary(info: dict[str, Any]) -> str:
         ),
         ("parameters", f"{info['parameters']:,}"),
         ("tokenizer", f"{t['type']}, vocabulary {vocab}"),
+        *_language_lines(info),
         ("steps trained", str(info["steps_trained"])),
         ("checkpoints", steps + (" + best" if info["has_best"] else "")),
         ("best BLEU", bleu),

@@ -39,6 +39,26 @@ def sinusoidal_positions(length: int, d_model: int) -> torch.Tensor:
     return pe.float()
 
 
+def fairseq_positions(length: int, d_model: int) -> torch.Tensor:
+    """fairseq's table (transformers' M2M100SinusoidalPositionalEmbedding, float32 as there):
+    sin(pos·ω_i) at i and cos(pos·ω_i) at d/2 + i, ω_i = 10000^(-i/(d/2 - 1))."""
+    half = d_model // 2
+    freq = torch.exp(
+        torch.arange(half, dtype=torch.int64).float() * -(math.log(10000) / (half - 1))
+    )
+    angle = torch.arange(length, dtype=torch.int64).float().unsqueeze(1) * freq.unsqueeze(0)
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=1)
+
+
+def position_table(cfg: ModelConfig) -> torch.Tensor:
+    """Row t is position t's vector: the configured table from `position_offset` on."""
+    if cfg.positions == "fairseq":
+        table = fairseq_positions(cfg.max_positions + cfg.position_offset, cfg.d_model)
+    else:
+        table = sinusoidal_positions(cfg.max_positions + cfg.position_offset, cfg.d_model)
+    return table[cfg.position_offset :].contiguous()
+
+
 def attend(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -359,9 +379,7 @@ class Transformer(nn.Module):
         if start_id == pad_id:
             self.tgt_embed.weight.register_hook(partial(_without_row, row=pad_id))
         self.dropout = Dropout(cfg.dropout)
-        self.register_buffer(
-            "positions", sinusoidal_positions(cfg.max_positions, d), persistent=False
-        )
+        self.register_buffer("positions", position_table(cfg), persistent=False)
         self._init_weights()
 
     def _init_weights(self) -> None:

@@ -237,6 +237,8 @@ def load_run(
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
+    if cfg.tokenizer.languages:  # a many-language model's default direction is the run's
+        tokenizer.src_lang, tokenizer.tgt_lang = cfg.data.src_lang, cfg.data.tgt_lang
     path = Path(checkpoint) if checkpoint else best_or_latest(run_dir)
     if path is None:
         raise UserError(f"{run_dir} has no checkpoint yet; train (or wait for the first save)")

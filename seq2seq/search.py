@@ -70,15 +70,24 @@ def decode(
     dropped: Dropped | None = None,
     constraints: list[tuple[tuple[int, ...], ...]] | None = None,
     glue: torch.Tensor | None = None,
+    first: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise, constrained beam search when
     a sentence has `constraints` (target token sequences its output must hold; `glue`: the
     target pieces that continue a word, kept from right after a term). A new decoding mode is
-    a branch here and a field of DecodeConfig."""
+    a branch here and a field of DecodeConfig. `first` [B]: each sentence's first output token,
+    forced (a target language token, as `generate`'s forced_bos_token_id; log-probability 0)."""
     src_mask = padding_mask(src, special.pad)
     caps = {"max_len_a": options.max_len_a, "max_len_b": options.max_len_b}
     if constraints is not None and any(constraints):
+        if first is not None:
+            from .errors import UserError
+
+            raise UserError(
+                "terminology constraints are not supported yet with a model that forces a "
+                "target-language token (M2M100/NLLB): drop --glossary/--constraints"
+            )
         from .constrained import constrained_beam_search  # it builds on this module
 
         return constrained_beam_search(
@@ -104,6 +113,7 @@ def decode(
             alpha=options.length_penalty,
             length_norm=options.length_norm,
             special=special,
+            first=first,
         )
         return [[h] for h in found]
     return beam_search(
@@ -116,6 +126,7 @@ def decode(
         nbest=options.nbest,
         length_norm=options.length_norm,
         special=special,
+        first=first,
     )
 
 
@@ -147,6 +158,12 @@ def _next_token_scores(
     return logits, norm
 
 
+def _forced(logits: torch.Tensor, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores where each row's only possible token is `first[row]`, at log-probability 0."""
+    forced = torch.full_like(logits, -math.inf).scatter_(1, first.unsqueeze(1), 0.0)
+    return forced, torch.zeros(logits.size(0), device=logits.device)
+
+
 def _still_decoding(done: torch.Tensor) -> torch.Tensor:
     """Indices of the rows not done: the step's one read-back from the device."""
     return (~done).nonzero().squeeze(1)
@@ -164,6 +181,7 @@ def greedy(
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
+    first: torch.Tensor | None = None,
 ) -> list[Hypothesis]:
     """The most probable next token at every step, one hypothesis per sentence."""
     eos = special.eos
@@ -178,6 +196,8 @@ def greedy(
     ids = torch.full((n,), special.start, dtype=torch.long, device=src.device)
     for t in range(steps):
         logits, norm = _next_token_scores(model, ids, cache, never)
+        if t == 0 and first is not None:
+            logits, norm = _forced(logits, first.to(src.device))
         # A sentence at its length cap may only end.
         next_ids = torch.where(t + 1 >= limits[alive], eos, logits.argmax(dim=-1))
         tokens[alive, t] = next_ids
@@ -217,6 +237,7 @@ def beam_search(
     length_norm: str = "gnmt",
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
+    first: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
     `nbest` best hypotheses of each sentence, best first.
@@ -247,6 +268,8 @@ def beam_search(
     for t in range(steps):
         n = active.numel()
         logits, norm = _next_token_scores(model, ids, cache, never)
+        if t == 0 and first is not None:  # every sentence is still active at the first step
+            logits, norm = _forced(logits, first.to(device).repeat_interleave(k))
         at_cap = (t + 1 >= limits[active]).view(n, 1, 1)
         top_scores, token, source_rows = _best_continuations(logits, norm, scores, at_cap, eos, k)
         ends = token == eos

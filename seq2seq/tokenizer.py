@@ -223,6 +223,10 @@ def model_paths(run_dir: Path, joint: bool) -> tuple[Path, Path]:
 def tokenizer_files(run_dir: Path, cfg: TokenizerConfig) -> list[Path]:
     """The files a run directory's tokenizer is made of."""
     folder = Path(run_dir) / TOKENIZER_DIR
+    if cfg.layout in ("m2m100", "nllb"):
+        from .multilingual import tokenizer_files as language_files
+
+        return language_files(run_dir, cfg)
     if cfg.layout == "marian":
         extra = [] if cfg.joint else [MARIAN_TARGET_VOCAB]
         return [folder / name for name in (*MARIAN_FILES, *extra)]
@@ -234,6 +238,10 @@ def load_run_tokenizer(run_dir: Path, cfg: TokenizerConfig) -> Tokenizer:
     for p in tokenizer_files(run_dir, cfg):
         if not p.is_file():
             raise UserError(f"tokenizer model missing from the run directory: {p}")
+    if cfg.layout in ("m2m100", "nllb"):
+        from .multilingual import load_language_tokenizer
+
+        return load_language_tokenizer(Path(run_dir) / TOKENIZER_DIR, cfg)
     if cfg.layout == "marian":
         return load_marian_tokenizer(Path(run_dir) / TOKENIZER_DIR, SpecialIds.of(cfg), cfg.joint)
     return load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))

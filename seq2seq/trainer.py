@@ -100,6 +100,7 @@ def _train(
         device,
         amp_dtype=run.amp_dtype,
         src_lang=cfg.data.src_lang,
+        tgt_lang=cfg.data.tgt_lang,
     )
     loop = _Loop(training, translator.translate)
     loop.run(progress)

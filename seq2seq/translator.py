@@ -16,6 +16,7 @@ from .config import DecodeConfig, load_run_config
 from .errors import UserError
 from .glossary import Glossary, check_terms, term_ids
 from .model import Transformer
+from .multilingual import check_languages, encode_sources, forced_first_token
 from .quantize import int8_device, quantize_int8
 from .rundir import load_run
 from .runtime import autocast_dtype, resolve_device
@@ -33,6 +34,7 @@ class Source:
 
     segments: tuple[tuple[int, ...], ...]
     constraints: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per segment; () for none
+    first: int | None = None  # the target's forced first token (a many-language model's tag)
 
     @property
     def tokens(self) -> int:
@@ -57,11 +59,24 @@ class Translator:
         *,
         amp_dtype: torch.dtype | None = None,
         src_lang: str = "en",
+        tgt_lang: str = "",
     ):
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
-        self.device, self.amp_dtype, self.src_lang = device, amp_dtype, src_lang
+        self.device, self.amp_dtype = device, amp_dtype
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_src_len = model.cfg.max_positions
         self.glossary: Glossary | None = None  # terms every line is checked for, if any
+
+    def set_languages(self, src_lang: str | None = None, tgt_lang: str | None = None) -> None:
+        """Translate from and into these languages from now on (checked: one clear error)."""
+        src, tgt = self.languages(src_lang, tgt_lang)
+        self.src_lang, self.tgt_lang = src, tgt
+
+    def languages(self, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
+        """The (source, target) languages a request means, the run's defaults filling in;
+        a language the model lacks (or a missing one it needs) is one UserError."""
+        given, defaults = (src_lang, tgt_lang), (self.src_lang, self.tgt_lang)
+        return check_languages(self.tokenizer, given, defaults)
 
     def translate(self, lines: list[str], constraints: list[list[str]] | None = None) -> list[str]:
         """The best translation of each line; empty (or blank) lines give empty outputs."""
@@ -84,15 +99,20 @@ class Translator:
         *,
         glossary: Glossary | None = None,
         constraints: list[list[str]] | None = None,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
     ) -> list[Source]:
         """Each line split into sentences (as `options`, default `decode`, say) and encoded,
-        truncated to the model's positions; a blank line has no segments.
+        truncated to the model's positions; a blank line has no segments. `src_lang` and
+        `tgt_lang` (default: the translator's) matter to a many-language model.
 
         Target terms each sentence must hold come from `glossary` (those whose source term the
         sentence holds: a term goes with its sentence) or are given per line (`constraints`;
         such a line is decoded whole, as nothing says which sentence a term belongs to)."""
         options = options or self.decode
         glossary = glossary if glossary is not None else self.glossary
+        src_lang, tgt_lang = self.languages(src_lang, tgt_lang)
+        first = forced_first_token(self.tokenizer, tgt_lang)
         split = options.split_sentences and options.nbest == 1
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
@@ -102,7 +122,7 @@ class Translator:
                 continue
             given = constraints[i] if constraints is not None else None
             whole = not split or bool(given)
-            parts = [line] if whole else split_sentences(line.strip(), self.src_lang)
+            parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
             segments += [p.strip() for p in parts]
             owner += [i] * len(parts)
             for p in parts:
@@ -112,13 +132,13 @@ class Translator:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
         wanted: list[list[tuple[tuple[int, ...], ...]]] = [[] for _ in lines]
-        for i, seq, found in zip(owner, self._encode(segments, owner), terms):
+        for i, seq, found in zip(owner, self._encode(segments, owner, src_lang), terms):
             pieces[i].append(tuple(seq))
             where = f"input line {i + 1}"
             wanted[i].append(
                 term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
             )
-        return [Source(tuple(p), tuple(w) if any(w) else ()) for p, w in zip(pieces, wanted)]
+        return [Source(tuple(p), tuple(w) if any(w) else (), first) for p, w in zip(pieces, wanted)]
 
     def translate_sources(
         self, sources: list[Source], wanted: Callable[[int], bool] | None = None
@@ -132,7 +152,8 @@ class Translator:
             ids += [list(seq) for seq in source.segments]
             owner += [i] * len(source.segments)
             terms += list(source.constraints) or [()] * len(source.segments)
-        found = self._search(ids, owner, terms, wanted)
+        firsts = [sources[i].first for i in owner]
+        found = self._search(ids, owner, terms, firsts, wanted)
         by_line: dict[int, list[list[Hypothesis]]] = {}
         for i, hyps in zip(owner, found):
             by_line.setdefault(i, []).append(hyps)
@@ -146,10 +167,10 @@ class Translator:
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def _encode(self, segments: list[str], owner: list[int]) -> list[list[int]]:
+    def _encode(self, segments: list[str], owner: list[int], src_lang: str) -> list[list[int]]:
         """Source ids of each segment, cut to the model's maximum (`owner`: input line
         indices, for the warning)."""
-        ids = self.tokenizer.encode_src(segments) if segments else []
+        ids = encode_sources(self.tokenizer, segments, src_lang) if segments else []
         for j, seq in enumerate(ids):
             if len(seq) > self.max_src_len:
                 log.warning(
@@ -166,12 +187,14 @@ class Translator:
         ids: list[list[int]],
         owner: list[int],
         terms: list | None = None,
+        firsts: list[int | None] | None = None,
         wanted: Callable[[int], bool] | None = None,
     ) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each segment (`owner`: input line indices, for messages;
-        `terms`: the target terms, token ids, each segment must hold; `wanted`: see
-        translate_sources)."""
+        `terms`: the target terms, token ids, each segment must hold; `firsts`: each one's
+        forced first target token, or None; `wanted`: see translate_sources)."""
         terms = terms or [()] * len(ids)
+        firsts = firsts or [None] * len(ids)
         found: list[list[Hypothesis]] = [[] for _ in ids]
         was_training = self.model.training
         self.model.eval()
@@ -186,7 +209,10 @@ class Translator:
                         continue
                 try:
                     results = self._decode_batch(
-                        [ids[j] for j in chunk], [terms[j] for j in chunk], dropped
+                        [ids[j] for j in chunk],
+                        [terms[j] for j in chunk],
+                        [firsts[j] for j in chunk],
+                        dropped,
                     )
                 except SearchError as e:
                     bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
@@ -221,10 +247,12 @@ class Translator:
         return batches
 
     def _decode_batch(
-        self, ids: list[list[int]], terms: list, dropped=None
+        self, ids: list[list[int]], terms: list, firsts: list[int | None], dropped=None
     ) -> list[list[Hypothesis]]:
         special = self.tokenizer.ids
         src = pad(ids, pad_id=special.pad).to(self.device)
+        # Rows of one batch may start different target languages (a server's requests).
+        first = None if firsts[0] is None else torch.tensor(firsts, device=self.device)
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
@@ -232,10 +260,18 @@ class Translator:
         )
         with amp:
             if not any(terms):
-                return decode(self.model, src, self.decode, special=special, dropped=dropped)
+                return decode(
+                    self.model, src, self.decode, special=special, dropped=dropped, first=first
+                )
             glue = self._glue()
             return decode(
-                self.model, src, self.decode, special=special, constraints=terms, glue=glue
+                self.model,
+                src,
+                self.decode,
+                special=special,
+                constraints=terms,
+                glue=glue,
+                first=first,
             )
 
     def _glue(self) -> torch.Tensor:
@@ -287,7 +323,14 @@ def load_translator(
     if int8:  # once, at load: decoding then runs the int8 model like any other
         quantize_int8(run.model)
     amp = autocast_dtype(dev, "auto")
+    data = run.config.data
     translator = Translator(
-        run.model, run.tokenizer, decode, dev, amp_dtype=amp, src_lang=run.config.data.src_lang
+        run.model,
+        run.tokenizer,
+        decode,
+        dev,
+        amp_dtype=amp,
+        src_lang=data.src_lang,
+        tgt_lang=data.tgt_lang,
     )
     return translator, run.checkpoint

@@ -185,6 +185,18 @@ def tied(tmp_path_factory, marian_tokenizer):
     return model, transformers.MarianTokenizer.from_pretrained(folder / "hf"), folder / "run"
 
 
+def test_import_hf_recognises_a_marian_folder_and_imports_it_as_hf_marian(tied, tmp_path):
+    _, _, run = tied
+    cli("--quiet", "import", "hf", run.parent / "hf", tmp_path / "run")
+    assert load_run_config(tmp_path / "run").model_dump(exclude={"run_dir"}) == load_run_config(
+        run
+    ).model_dump(exclude={"run_dir"})
+    weights = "checkpoints/step_00000000.safetensors"
+    ours, theirs = load_file(str(tmp_path / "run" / weights)), load_file(str(run / weights))
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+
+
 def test_imported_tokenizer_gives_marian_tokenizers_ids_and_text(tied):
     _, hf_tok, run = tied
     tok = load_translator(run, device="cpu")[0].tokenizer

@@ -24,6 +24,7 @@ from typing import Any
 from .. import __version__
 from ..config import DecodeConfig, load_run_config
 from ..errors import UserError
+from ..glossary import Glossary
 from ..translator import Source, Translator
 from .batcher import Batcher, BatchLimits, Hypotheses, JobFuture, OverBudget, QueueFull, Stopped
 from .schema import (
@@ -63,6 +64,25 @@ def translator_decode(translator: Translator):
     return decode
 
 
+def prepare_languages(
+    translator: Translator, req: TranslateRequest, glossary: Glossary | None = None
+) -> list[Source]:
+    """The request's lines encoded for its languages (a batch may mix target languages: each
+    source carries its forced first token) with its glossary's terms; a language the model
+    lacks, or a term that cannot be kept (greedy search, too many, unknown pieces), is a 422."""
+    try:
+        src, tgt = translator.languages(req.source_lang, req.target_lang)
+    except UserError as e:
+        field = "source_lang" if "source language" in str(e) else "target_lang"
+        raise RequestError(422, field, str(e)) from None
+    try:
+        return translator.prepare(
+            req.lines, req.options, glossary=glossary, src_lang=src, tgt_lang=tgt
+        )
+    except UserError as e:
+        raise RequestError(422, "glossary", str(e)) from None
+
+
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
     from ..info import run_summary
@@ -75,6 +95,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
         "run_dir": str(Path(run_dir).resolve()),
         "source_language": run_cfg.data.src_lang,
         "target_language": run_cfg.data.tgt_lang,
+        "languages": summary["languages"],
         "checkpoint": str(Path(checkpoint).resolve()),
         "steps_trained": summary["steps_trained"],
         "best_bleu": summary["best_bleu"],
@@ -208,9 +229,9 @@ def _add_translate_route(
         req = parse_translate_request(body, limits, defaults)
         try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422
             glossary = request_glossary(req, translator.glossary)
-            sources = translator.prepare(req.lines, req.options, glossary=glossary)
         except UserError as e:
             raise RequestError(422, "glossary", str(e)) from None
+        sources = prepare_languages(translator, req, glossary)
         check_source_tokens(req, sum(s.tokens for s in sources), limits)
         return req, sources
 

@@ -65,6 +65,12 @@ class TranslateBody(BaseModel):
         "words, any case), its target term appears once in the translation; added to the "
         "server's --glossary (a source term in both takes this target). Needs beam_size ≥ 2.",
     )
+    source_lang: str | None = Field(
+        None, description="Source language of a many-language model (run's default)."
+    )
+    target_lang: str | None = Field(
+        None, description="Target language of a many-language model (run's default)."
+    )
 
 
 @dataclass(frozen=True)
@@ -75,6 +81,8 @@ class TranslateRequest:
     single: bool
     options: DecodeConfig
     glossary: list[tuple[str, str]] | None = None  # the request's own term pairs, checked
+    source_lang: str | None = None
+    target_lang: str | None = None
 
 
 def _field(loc: tuple) -> str:
@@ -165,7 +173,8 @@ def parse_translate_request(
             f"{name} has {words} words; at most {limits.max_tokens} source tokens a request",
         )
     pairs = _glossary(req.glossary, limits) if req.glossary is not None else None
-    return TranslateRequest(lines, single, _options(req, limits, defaults), pairs)
+    options = _options(req, limits, defaults)
+    return TranslateRequest(lines, single, options, pairs, req.source_lang, req.target_lang)
 
 
 def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, str]]:
