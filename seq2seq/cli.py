@@ -263,19 +263,40 @@ Quantize = Annotated[
 ]
 
 
+# `evaluate`'s own options.
+EvalSplit = Annotated[str, typer.Option(help="Split of the run's data: valid or test.")]
+EvalSrc = Annotated[Path | None, typer.Option(help="Source file (instead of --split).")]
+EvalRef = Annotated[Path | None, typer.Option(help="Reference file, line-aligned with --src.")]
+Hub = Annotated[str | None, typer.Option(help="A hub test set instead, e.g. wmt/wmt14.")]
+HubConfig = Annotated[str | None, typer.Option(help="Its configuration, e.g. fr-en.")]
+HubSplit = Annotated[str, typer.Option(help="Its split.")]
+EvalOutputDir = Annotated[
+    Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
+]
+JsonReport = Annotated[
+    Path | None, typer.Option("--json", help="Write the JSON report to this file.")
+]
+MinBleu = Annotated[float | None, typer.Option(help="Exit with status 1 when BLEU is below this.")]
+Baseline = Annotated[
+    Path | None,
+    typer.Option(help="An earlier JSON report on the same references to compare with."),
+]
+FailOnRegression = Annotated[
+    bool, typer.Option(help="With --baseline: exit 1 when BLEU dropped significantly.")
+]
+
+
 @app.command()
 @_user_errors
 def evaluate(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
-    split: Annotated[str, typer.Option(help="Split of the run's data: valid or test.")] = "test",
-    src: Annotated[Path | None, typer.Option(help="Source file (instead of --split).")] = None,
-    ref: Annotated[
-        Path | None, typer.Option(help="Reference file, line-aligned with --src.")
-    ] = None,
-    hub: Annotated[str | None, typer.Option(help="A hub test set instead, e.g. wmt/wmt14.")] = None,
-    hub_config: Annotated[str | None, typer.Option(help="Its configuration, e.g. fr-en.")] = None,
-    hub_split: Annotated[str, typer.Option(help="Its split.")] = "test",
+    split: EvalSplit = "test",
+    src: EvalSrc = None,
+    ref: EvalRef = None,
+    hub: Hub = None,
+    hub_config: HubConfig = None,
+    hub_split: HubSplit = "test",
     checkpoint: Checkpoint = None,
     beam_size: BeamSize = None,
     length_penalty: LengthPenalty = None,
@@ -288,22 +309,11 @@ def evaluate(
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
     tgt_lang: TgtLang = None,
-    output_dir: Annotated[
-        Path | None, typer.Option(help="Where hypotheses and the report go (RUN/eval).")
-    ] = None,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Write the JSON report to this file.")
-    ] = None,
-    min_bleu: Annotated[
-        float | None, typer.Option(help="Exit with status 1 when BLEU is below this.")
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option(help="An earlier JSON report on the same references to compare with."),
-    ] = None,
-    fail_on_regression: Annotated[
-        bool, typer.Option(help="With --baseline: exit 1 when BLEU dropped significantly.")
-    ] = False,
+    output_dir: EvalOutputDir = None,
+    json_path: JsonReport = None,
+    min_bleu: MinBleu = None,
+    baseline: Baseline = None,
+    fail_on_regression: FailOnRegression = False,
 ) -> None:
     """Translate a test set (beam search) and score it: BLEU, chrF, TER with signatures.
 
@@ -567,9 +577,8 @@ def serve(
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
-    Concurrent requests are decoded together in dynamic batches. Listens on loopback unless
-    --host says otherwise; SIGTERM or Ctrl-C stops accepting, answers the requests in flight,
-    and exits.
+    Concurrent requests are decoded together in dynamic batches; SIGTERM or Ctrl-C stops
+    accepting, answers the requests in flight, and exits. Listens on loopback by default.
 
     Examples:\n
       seq2seq serve --run runs/demo --port 8080\n
@@ -579,7 +588,7 @@ def serve(
     from .serve import BatchLimits, RequestLimits, ServeConfig
     from .serve import serve as run_server
 
-    if no_batching:
+    if no_batching:  # one request a batch, at once
         batch_window_ms, max_batch_requests = 0.0, 1
     cfg = ServeConfig(
         host=host,
@@ -601,14 +610,8 @@ def serve(
             body_timeout_s=body_timeout,
         ),
     )
-    decode = _decode_settings(
-        run,
-        beam_size=beam_size,
-        length_penalty=length_penalty,
-        batch_size=batch_size,
-        max_tokens=max_tokens,
-        quantize=quantize,
-    )
+    settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
+    decode = _decode_settings(run, batch_size=batch_size, max_tokens=max_tokens, **settings)
     run_server(
         run,
         cfg,

@@ -203,8 +203,7 @@ def greedy(
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == eos
-        if dropped is not None and t % POLL_STEPS == POLL_STEPS - 1:
-            ended = ended | _dropped_rows(dropped, alive)
+        ended = _drop(ended, dropped, t, alive)
         keep = _still_decoding(ended)
         if keep.numel() < alive.numel():  # known from the step's one read-back
             lengths[alive[ended]] = t + 1
@@ -253,8 +252,7 @@ def beam_search(
     if not 1 <= nbest <= beam:
         raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
     length_penalty(1, alpha, length_norm)  # reject an unknown norm before any work
-    eos = special.eos
-    device = src.device
+    eos, device = special.eos, src.device
     batch, k = src.size(0), beam
     cache, limits = _start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     steps = int(limits.max())
@@ -275,15 +273,15 @@ def beam_search(
         ends = token == eos
 
         # Candidates ending within the first k ranks join the finished ones; the best k stay.
-        first = top_scores[:, :k]
-        finish = ends[:, :k] & (first > -math.inf)
+        top_k = top_scores[:, :k]
+        finish = ends[:, :k] & (top_k > -math.inf)
         new_score = torch.where(
-            finish, first / length_penalty(t + 1, alpha, length_norm), -math.inf
+            finish, top_k / length_penalty(t + 1, alpha, length_norm), -math.inf
         )
         new_tokens = torch.zeros(n, k, steps, dtype=torch.long, device=device)
         if t:  # their prefixes (EOS is implied by the length)
             new_tokens[:, :, :t] = history[source_rows[:, :k].reshape(-1)].view(n, k, t)
-        best = finished.add(active, new_score, first, length=t + 1, tokens=new_tokens)
+        best = finished.add(active, new_score, top_k, length=t + 1, tokens=new_tokens)
 
         # The best k candidates that do not end go on (stable: in score order).
         go = ends.to(torch.int8).argsort(dim=1, stable=True)[:, :k]
@@ -295,8 +293,7 @@ def beam_search(
 
         # Done: k finished, at the cap, or no open hypothesis left.
         done = (best[:, -1] > -math.inf) | (t + 1 >= limits[active]) | ~(scores > -math.inf).any(1)
-        if dropped is not None and t % POLL_STEPS == POLL_STEPS - 1:
-            done = done | _dropped_rows(dropped, active)
+        done = _drop(done, dropped, t, active)
         keep = _still_decoding(done)
         if keep.numel() == 0:
             break
@@ -308,10 +305,13 @@ def beam_search(
     return _ranked(finished, nbest, dropped=[] if dropped is None else dropped())
 
 
-def _dropped_rows(dropped: Dropped, rows: torch.Tensor) -> torch.Tensor:
-    """Which of `rows` (original sentence indices, on the device) nobody waits for."""
+def _drop(done: torch.Tensor, dropped: Dropped | None, t: int, rows: torch.Tensor):
+    """`done` [rows], with the sentences nobody waits for any more, asked every POLL_STEPS
+    steps (`rows`: original sentence indices, on the device)."""
+    if dropped is None or t % POLL_STEPS != POLL_STEPS - 1:
+        return done
     gone = torch.tensor(list(dropped()), dtype=torch.bool)
-    return gone.to(rows.device, non_blocking=True)[rows]
+    return done | gone.to(rows.device, non_blocking=True)[rows]
 
 
 def _best_continuations(
