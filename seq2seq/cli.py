@@ -401,13 +401,40 @@ def translate(
             "as U+FFFD and goes on."
         ),
     ] = "strict",
+    alignments: Annotated[
+        bool, typer.Option(help="Add ` ||| ` and Pharaoh `src-tgt` word pairs to each line.")
+    ] = False,
+    alignment_layer: Annotated[
+        int | None,
+        typer.Option(help="Decoder layer whose cross-attention aligns (negative: from the top)."),
+    ] = None,
+    scores: Annotated[
+        bool,
+        typer.Option(
+            help="Add ` ||| ` and the length-normalised log-probability (what beam ranks)."
+        ),
+    ] = False,
+    word_scores: Annotated[
+        bool, typer.Option(help="Add ` ||| ` and each output token's probability (EOS included).")
+    ] = False,
+    tags: Annotated[
+        bool,
+        typer.Option(
+            help="Lines carry inline tags/placeholders: put them back around the aligned words."
+        ),
+    ] = False,
+    tag_format: Annotated[
+        str, typer.Option(help="Markup of --tags: `html` (void elements such as <br>) or `xml`.")
+    ] = "html",
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output), one line per line.
 
     Examples:\n
       echo "I have three cats." | seq2seq translate --run runs/demo\n
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
-      seq2seq translate --run runs/demo --nbest 4 < in.en | head
+      seq2seq translate --run runs/demo --nbest 4 < in.en | head\n
+      seq2seq translate --run runs/demo --alignments --scores < in.en\n
+      echo 'Click <b>Save</b> now.' | seq2seq translate --run runs/demo --tags
     """
     from .streams import translate_files
     from .translator import load_translator
@@ -426,8 +453,36 @@ def translate(
         split_sentences=split_sentences,
         quantize=quantize,
     )
+    fields = _output_fields(
+        alignments=alignments,
+        layer=alignment_layer,
+        scores=scores,
+        word_scores=word_scores,
+        tags=tag_format if tags else None,
+        nbest=decode.nbest,
+    )
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
-    translate_files(translator, input, output, errors)
+    translate_files(translator, input, output, errors, fields)
+
+
+def _output_fields(
+    *, alignments: bool, layer: int | None, scores: bool, word_scores: bool, tags, nbest: int
+):
+    """translate's extra output, checked: not with --nbest (its lines are scored already)."""
+    from .alignment import DEFAULT_LAYER, OutputFields
+
+    if tags is not None and tags not in ("html", "xml"):
+        raise UserError(f"--tag-format must be html or xml, not {tags!r}")
+    fields = OutputFields(
+        alignments=alignments,
+        scores=scores,
+        token_probs=word_scores,
+        layer=DEFAULT_LAYER if layer is None else layer,
+        tags=tags,
+    )
+    if nbest > 1 and not fields.plain:
+        raise UserError("--alignments, --scores, --word-scores and --tags need --nbest 1")
+    return fields
 
 
 # `seq2seq serve`'s own options.

@@ -1,7 +1,9 @@
 """`seq2seq translate`: lines in, translations out, one output line per input line.
 
 With n-best output each input line gives its hypotheses as Moses-style lines,
-`index ||| translation ||| score` (index counting input lines from 0, best first).
+`index ||| translation ||| score` (index counting input lines from 0, best first). With
+alignments, scores or token probabilities asked for (`alignment.OutputFields`), each line is
+`translation ||| alignment ||| score ||| probabilities`, each field only when asked for.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from .alignment import OutputFields, render_lines
 from .data import decode_line
 from .errors import UserError
 from .files import atomic_write
@@ -27,6 +30,7 @@ def translate_stream(
     name: str = "stdin",
     chunk_lines: int = CHUNK_LINES,
     errors: str = "strict",
+    fields: OutputFields | None = None,
 ) -> int:
     """Translate raw lines chunk by chunk, flushing each chunk's output; return the count."""
     chunk: list[str] = []
@@ -40,16 +44,20 @@ def translate_stream(
         except UserError as e:
             raise UserError(f"{e}; --errors replace reads such bytes as U+FFFD") from None
         if len(chunk) >= chunk_lines:
-            out.write(_render(translator, chunk, first))
+            out.write(_render(translator, chunk, first, fields))
             out.flush()
             chunk = []
     if chunk:
-        out.write(_render(translator, chunk, first))
+        out.write(_render(translator, chunk, first, fields))
         out.flush()
     return count
 
 
-def _render(translator: Translator, chunk: list[str], first: int) -> str:
+def _render(
+    translator: Translator, chunk: list[str], first: int, fields: OutputFields | None
+) -> str:
+    if fields is not None and not fields.plain:
+        return "".join(line + "\n" for line in render_lines(translator, chunk, fields))
     if translator.decode.nbest == 1:
         return "".join(t + "\n" for t in translator.translate(chunk))
     return "".join(
@@ -60,7 +68,11 @@ def _render(translator: Translator, chunk: list[str], first: int) -> str:
 
 
 def translate_files(
-    translator: Translator, input: Path | None, output: Path | None, errors: str = "strict"
+    translator: Translator,
+    input: Path | None,
+    output: Path | None,
+    errors: str = "strict",
+    fields: OutputFields | None = None,
 ) -> int:
     """Translate a file (or stdin) into a file (or stdout); a file is replaced only on success."""
     source: BinaryIO
@@ -77,14 +89,26 @@ def translate_files(
         chunk = 1 if input is None and sys.stdin.isatty() else CHUNK_LINES
         if output is None:
             return translate_stream(
-                translator, source, sys.stdout, name=name, chunk_lines=chunk, errors=errors
+                translator,
+                source,
+                sys.stdout,
+                name=name,
+                chunk_lines=chunk,
+                errors=errors,
+                fields=fields,
             )
         counted = []
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
                 n = translate_stream(
-                    translator, source, out, name=name, chunk_lines=chunk, errors=errors
+                    translator,
+                    source,
+                    out,
+                    name=name,
+                    chunk_lines=chunk,
+                    errors=errors,
+                    fields=fields,
                 )
                 counted.append(n)
 

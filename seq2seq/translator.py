@@ -120,6 +120,14 @@ class Translator:
                 ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
         return ids
 
+    def search(self, ids: list[list[int]], owner: list[int]) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each encoded segment (`owner`: its input line index)."""
+        return self._search(ids, owner)
+
+    def batches(self, ids: list[list[int]]) -> list[list[int]]:
+        """Indices of `ids` in the length-sorted batches they are decoded in."""
+        return self._batches(ids)
+
     def _search(self, ids: list[list[int]], owner: list[int]) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each segment (`owner`: input line indices, for messages)."""
         found: list[list[Hypothesis]] = [[] for _ in ids]

@@ -1,0 +1,321 @@
+"""Word alignments and per-token probabilities of finished translations.
+
+Search never keeps attention weights (SDPA does not return them, and carrying them through the
+beam would cost every decode). When they are asked for, the best hypotheses are replayed once,
+teacher-forced, in one parallel pass over the target (not one step per token): that pass gives
+one decoder layer's cross-attention, averaged over heads, and, if wanted, each output token's
+probability. Plain decoding is untouched.
+
+Pieces are merged into words: a SentencePiece piece starting with `▁` begins a word, others
+continue it. Word i of a source line is its i-th whitespace-separated word; word j of an output
+line its j-th. Each output piece is aligned to the source piece it attends to most (EOS left
+out), and the word pairs those give are the alignment, as Pharaoh `i-j` pairs.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from .attention_plot import explicit_cross_attention
+from .batching import pad, padding_mask
+from .model import Transformer
+from .search import Hypothesis, length_penalty
+from .tokenizer import SpecialIds
+
+WORD_START = "▁"
+# Chosen on /work/bench/enfr12 by scripts/bench_alignment.py (benchmarks/RESULTS-align.md):
+# the decoder's second-to-last layer agreed best with a statistical aligner.
+DEFAULT_LAYER = -2
+
+
+@dataclass(frozen=True)
+class Annotation:
+    """What to add to each translation."""
+
+    alignments: bool = False
+    token_probs: bool = False
+    layer: int = DEFAULT_LAYER  # decoder layer whose cross-attention aligns; negative from the top
+
+
+@dataclass
+class Annotated:
+    """One output line with what was asked for: the alignment (source word, output word) pairs
+    and the probability of each output token (each sentence's EOS included)."""
+
+    text: str
+    score: float
+    alignment: list[tuple[int, int]] | None = None
+    token_probs: list[float] | None = None
+
+
+@dataclass
+class Replayed:
+    """A hypothesis replayed: cross-attention [T, S] (output pieces with EOS × source pieces
+    with EOS) and the log-probability of each output piece."""
+
+    attention: torch.Tensor | None
+    log_probs: list[float] | None
+
+
+def word_starts(pieces: list[str], specials: set[str]) -> list[int]:
+    """The word index of each piece (-1 for special pieces such as EOS)."""
+    out, word = [], -1
+    for i, piece in enumerate(pieces):
+        if piece in specials:
+            out.append(-1)
+            continue
+        # A bare `▁` (before punctuation, say) starts the word its next piece completes.
+        after_bare = i > 0 and pieces[i - 1] == WORD_START
+        if word < 0 or (piece.startswith(WORD_START) and not after_bare):
+            word += 1
+        out.append(word)
+    return out
+
+
+def piece_alignment(attention: torch.Tensor) -> list[int]:
+    """For each output piece but the last (EOS), the source piece (not the last, EOS) it
+    attends to most."""
+    if attention.size(1) < 2 or attention.size(0) < 2:
+        return []
+    return attention[:-1, :-1].argmax(dim=1).tolist()
+
+
+def word_alignment(
+    attention: torch.Tensor, src_words: list[int], tgt_words: list[int]
+) -> list[tuple[int, int]]:
+    """Sorted, distinct (source word, output word) pairs from a [T, S] attention matrix and the
+    word index of each source and output piece (-1: not a word)."""
+    pairs = set()
+    for t, s in enumerate(piece_alignment(attention)):
+        i, j = src_words[s], tgt_words[t]
+        if i >= 0 and j >= 0:
+            pairs.add((i, j))
+    return sorted(pairs)
+
+
+def pharaoh(pairs: list[tuple[int, int]]) -> str:
+    """`0-0 1-2 …`, as fast_align and Marian print alignments."""
+    return " ".join(f"{i}-{j}" for i, j in pairs)
+
+
+@torch.inference_mode()
+def replay(
+    model: Transformer,
+    src: torch.Tensor,
+    tgt: list[list[int]],
+    *,
+    layer: int | None,
+    log_probs: bool,
+    special: SpecialIds,
+) -> list[Replayed]:
+    """Teacher-force each target (ids with EOS) on its padded source row: the cross-attention of
+    decoder `layer` (None: none) and, with `log_probs`, each target id's log-probability."""
+    n_layers = len(model.decoder_layers)
+    if layer is not None and not -n_layers <= layer < n_layers:
+        raise ValueError(f"alignment layer {layer} is not one of the {n_layers} decoder layers")
+    chosen = None if layer is None else layer % n_layers
+    src_mask = padding_mask(src, special.pad)
+    tgt_in = pad([[special.start, *t[:-1]] for t in tgt], pad_id=special.pad).to(src.device)
+    memory = model.encode(src, src_mask)
+    x = model.embed(model.tgt_embed, tgt_in)
+    weights = None
+    last = n_layers - 1 if log_probs else (-1 if chosen is None else chosen)
+    for i, block in enumerate(model.decoder_layers[: last + 1]):
+        if i != chosen:  # causal mask alone: exact for every real (non-padding) position
+            x = block(x, memory, src_mask, None)
+            continue
+        x, captured = _layer_with_attention(block, x, memory, src_mask)
+        weights = captured.float().mean(dim=1).cpu()  # [B, T, S], heads averaged
+    token_lp = None
+    if log_probs:
+        logits = model.logits(model.decoder_norm(x)).float()
+        target = pad(tgt, pad_id=special.pad).to(src.device)
+        token_lp = (logits.log_softmax(-1).gather(2, target.unsqueeze(2)).squeeze(2)).cpu()
+    src_lens = src_mask.sum(1).tolist()
+    return [
+        Replayed(
+            None if weights is None else weights[b, : len(t), : src_lens[b]],
+            None if token_lp is None else token_lp[b, : len(t)].tolist(),
+        )
+        for b, t in enumerate(tgt)
+    ]
+
+
+def _layer_with_attention(block, x, memory, src_mask) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's output (as its forward, causal) and its cross-attention [B, H, T, S]."""
+    x = block.self_block(x, lambda h: block.self_attn(h, None, causal=True))
+    captured = []
+
+    def cross(h: torch.Tensor) -> torch.Tensor:
+        y, w = explicit_cross_attention(block.cross_attn, h, memory, src_mask)
+        captured.append(w)
+        return y
+
+    x = block.cross_block(x, cross)
+    return block.ffn_block(x, block.ffn), captured[0]
+
+
+def replay_segments(
+    translator, ids: list[list[int]], hyps: list[Hypothesis], annotation: Annotation
+) -> list[Replayed]:
+    """`replay` over many (source, best hypothesis) segments, in the translator's batches."""
+    special = translator.tokenizer.ids
+    out: list[Replayed | None] = [None] * len(ids)
+    amp = (
+        torch.autocast(translator.device.type, dtype=translator.amp_dtype)
+        if translator.amp_dtype is not None
+        else nullcontext()
+    )
+    layer = annotation.layer if annotation.alignments else None
+    for chunk in translator.batches(ids):
+        src = pad([ids[j] for j in chunk], pad_id=special.pad).to(translator.device)
+        tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
+        with amp:
+            found = replay(
+                translator.model,
+                src,
+                tgt,
+                layer=layer,
+                log_probs=annotation.token_probs,
+                special=special,
+            )
+        for j, r in zip(chunk, found):
+            out[j] = r
+    return out  # type: ignore[return-value]
+
+
+def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annotated]:
+    """The best translation of each line, scored, with the alignment and token probabilities
+    `annotation` asks for (a line split into sentences: theirs, joined)."""
+    sources = translator.prepare(lines)
+    ids, owner = [], []
+    for i, source in enumerate(sources):
+        ids += [list(seq) for seq in source.segments]
+        owner += [i] * len(source.segments)
+    hyps = [found[0] for found in translator.search(ids, owner)]
+    extra = annotation.alignments or annotation.token_probs
+    replayed = replay_segments(translator, ids, hyps, annotation) if extra and ids else []
+    by_line: dict[int, list[int]] = {}
+    for j, i in enumerate(owner):
+        by_line.setdefault(i, []).append(j)
+    out = [
+        Annotated("", 0.0, [] if annotation.alignments else None, [] if extra else None)
+        for _ in lines
+    ]
+    for i, segs in by_line.items():
+        out[i] = _line(
+            translator,
+            [ids[j] for j in segs],
+            [hyps[j] for j in segs],
+            [replayed[j] for j in segs] if replayed else None,
+            annotation,
+        )
+    if not annotation.token_probs:
+        for a in out:
+            a.token_probs = None
+    return out
+
+
+def _line(
+    translator,
+    ids: list[list[int]],
+    hyps: list[Hypothesis],
+    replayed: list[Replayed] | None,
+    annotation: Annotation,
+) -> Annotated:
+    """One line's annotated translation from its segments' hypotheses."""
+    tok = translator.tokenizer
+    tokens = [t for h in hyps for t in h.tokens]
+    text = " ".join(tok.decode_tgt([tokens])[0].split())
+    if len(hyps) == 1:
+        score = hyps[0].score
+    else:
+        d = translator.decode
+        log_prob = sum(h.log_prob for h in hyps)
+        length = sum(len(h.tokens) + 1 for h in hyps)
+        score = log_prob / length_penalty(length, d.length_penalty, d.length_norm)
+    result = Annotated(text, score)
+    if replayed is None:
+        return result
+    if annotation.token_probs:
+        result.token_probs = [math.exp(lp) for r in replayed for lp in r.log_probs or []]
+    if annotation.alignments:
+        result.alignment = _joined_alignment(translator, ids, hyps, replayed)
+    return result
+
+
+def _joined_alignment(translator, ids, hyps, replayed) -> list[tuple[int, int]]:
+    """Word pairs of a line from its segments': words are counted over the whole line, as the
+    joined translation decodes (a segment may begin inside its predecessor's last word)."""
+    tok, specials = translator.tokenizer, _specials(translator.tokenizer)
+    tgt_ids = [[*h.tokens, tok.ids.eos] for h in hyps]
+    src_words = word_starts([p for seq in ids for p in tok.src_pieces(seq)], specials)
+    tgt_words = word_starts([p for seq in tgt_ids for p in tok.tgt_pieces(seq)], specials)
+    pairs: set[tuple[int, int]] = set()
+    src_at = tgt_at = 0  # the segment's first piece in the line
+    for seq, tgt, r in zip(ids, tgt_ids, replayed):
+        seg_src = src_words[src_at : src_at + len(seq)]
+        pairs.update(word_alignment(r.attention, seg_src, tgt_words[tgt_at : tgt_at + len(tgt)]))
+        src_at, tgt_at = src_at + len(seq), tgt_at + len(tgt)
+    return sorted(pairs)
+
+
+def _specials(tokenizer) -> set[str]:
+    ids = tokenizer.ids
+    found = tokenizer.tgt_pieces([ids.eos, ids.pad]) + tokenizer.src_pieces([ids.eos, ids.pad])
+    return set(found)
+
+
+def render(annotated: Annotated, *, alignments: bool, scores: bool, token_probs: bool) -> str:
+    """One output line: the translation, then ` ||| `-separated fields in this order: the
+    alignment, the score, the token probabilities (each only when asked for)."""
+    fields = [annotated.text]
+    if alignments:
+        fields.append(pharaoh(annotated.alignment or []))
+    if scores:
+        fields.append(f"{annotated.score:.4f}")
+    if token_probs:
+        fields.append(" ".join(f"{p:.4f}" for p in annotated.token_probs or []))
+    return " ||| ".join(fields)
+
+
+@dataclass(frozen=True)
+class OutputFields:
+    """What `translate` prints after each translation, and whether lines carry markup."""
+
+    alignments: bool = False
+    scores: bool = False
+    token_probs: bool = False
+    layer: int = DEFAULT_LAYER
+    tags: str | None = None  # "html" or "xml": put the line's markup back into its translation
+
+    @property
+    def plain(self) -> bool:
+        """Nothing beyond the translation itself."""
+        return not (self.alignments or self.scores or self.token_probs or self.tags)
+
+
+def render_lines(translator, lines: list[str], fields: OutputFields) -> list[str]:
+    """Each line's output as `fields` asks: the translation (tags put back), then its
+    alignment, score and token probabilities, ` ||| `-separated."""
+    annotation = Annotation(
+        alignments=fields.alignments or fields.tags is not None,
+        token_probs=fields.token_probs,
+        layer=fields.layer,
+    )
+    if fields.tags is None:
+        found = annotate(translator, lines, annotation)
+    else:
+        from .markup import translate_tagged  # imported late: only --tags needs it
+
+        found = translate_tagged(translator, lines, annotation, fields.tags)
+    return [
+        render(
+            a, alignments=fields.alignments, scores=fields.scores, token_probs=fields.token_probs
+        )
+        for a in found
+    ]
