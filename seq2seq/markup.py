@@ -62,6 +62,7 @@ class Point:
 
     text: str
     before: int
+    glued: bool = False  # written against the following text (`{name}.`), and kept so
 
 
 @dataclass
@@ -105,7 +106,8 @@ def parse(line: str, fmt: str = "html") -> Marked:
             span.close = text
             span.first, span.last = words_between(start, offset)
         else:
-            marked.points.append(Point(text, next_word(offset)))
+            glued = offset < len(plain) and not plain[offset].isspace()
+            marked.points.append(Point(text, next_word(offset), glued))
     if stack:
         raise MalformedMarkup(f"`{stack[-1][1]}` is never closed")
     return marked
@@ -211,16 +213,21 @@ def reinsert(marked: Marked, target: str, pairs: list[tuple[int, int]]) -> str:
             continue
         opens.setdefault(first, []).append((-last, span.depth, span.open + inner[k]))
         closes.setdefault(last + 1, []).append((-first, -span.depth, span.close))
+    glued: dict[int, str] = {}
     for point in marked.points:
         at = target_position(point.before, n_src, n_tgt, pairs)
-        points.setdefault(at, []).append(point.text)
+        if point.glued and at < n_tgt:
+            glued[at] = glued.get(at, "") + point.text
+        else:
+            points.setdefault(at, []).append(point.text)
     out: list[str] = []
     for p in range(n_tgt + 1):
         if p in closes:
             out[-1] += "".join(t for *_, t in sorted(closes[p]))
         out += points.get(p, [])
         if p < n_tgt:
-            out.append("".join(t for *_, t in sorted(opens.get(p, []))) + words[p])
+            tags = "".join(t for *_, t in sorted(opens.get(p, [])))
+            out.append(glued.get(p, "") + tags + words[p])
     return " ".join(out)
 
 
