@@ -3,13 +3,14 @@
 Search never keeps attention weights (SDPA does not return them, and carrying them through the
 beam would cost every decode). When they are asked for, the best hypotheses are replayed once,
 teacher-forced, in one parallel pass over the target (not one step per token): that pass gives
-one decoder layer's cross-attention, averaged over heads, and, if wanted, each output token's
-probability. Plain decoding is untouched.
+the decoder's cross-attention (every layer's averaged, or one chosen layer's; heads averaged)
+and, if wanted, each output token's probability. Plain decoding is untouched.
 
 Pieces are merged into words: a SentencePiece piece starting with `▁` begins a word, others
 continue it. Word i of a source line is its i-th whitespace-separated word; word j of an output
-line its j-th. Each output piece is aligned to the source piece it attends to most (EOS left
-out), and the word pairs those give are the alignment, as Pharaoh `i-j` pairs.
+line its j-th. Piece attention is summed into word attention; each output word's most attended
+source word and each source word's most attending output word are symmetrised
+(grow-diag-final-and) into the alignment, printed as Pharaoh `i-j` pairs.
 """
 
 from __future__ import annotations
@@ -22,14 +23,15 @@ import torch
 
 from .attention_plot import explicit_cross_attention
 from .batching import pad, padding_mask
+from .errors import UserError
 from .model import Transformer
 from .search import Hypothesis, length_penalty
 from .tokenizer import SpecialIds
 
 WORD_START = "▁"
-# Chosen on /work/bench/enfr12 by scripts/bench_alignment.py (benchmarks/RESULTS-align.md):
-# the decoder's second-to-last layer agreed best with a statistical aligner.
-DEFAULT_LAYER = -2
+# None: every decoder layer's attention, averaged. Chosen on /work/bench/enfr12 by
+# scripts/bench_alignment.py (benchmarks/RESULTS-align.md): it agreed best with eflomal.
+DEFAULT_LAYER = None
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,9 @@ class Annotation:
 
     alignments: bool = False
     token_probs: bool = False
-    layer: int = DEFAULT_LAYER  # decoder layer whose cross-attention aligns; negative from the top
+    layer: int | None = (
+        DEFAULT_LAYER  # decoder layer that aligns (negative: from the top; None: all)
+    )
 
 
 @dataclass
@@ -76,25 +80,69 @@ def word_starts(pieces: list[str], specials: set[str]) -> list[int]:
     return out
 
 
-def piece_alignment(attention: torch.Tensor) -> list[int]:
-    """For each output piece but the last (EOS), the source piece (not the last, EOS) it
-    attends to most."""
-    if attention.size(1) < 2 or attention.size(0) < 2:
-        return []
-    return attention[:-1, :-1].argmax(dim=1).tolist()
+def word_attention(
+    attention: torch.Tensor, src_words: list[int], tgt_words: list[int]
+) -> torch.Tensor:
+    """Piece attention [T, S] as word attention [output words, source words]: an output word's
+    rows averaged over its pieces, a source word's columns summed (special pieces left out)."""
+    n_src, n_tgt = max(src_words, default=-1) + 1, max(tgt_words, default=-1) + 1
+    cols = torch.zeros(attention.size(1), n_src)
+    for s, w in enumerate(src_words[: attention.size(1)]):
+        if w >= 0:
+            cols[s, w] = 1.0
+    rows = torch.zeros(n_tgt, attention.size(0))
+    for t, w in enumerate(tgt_words[: attention.size(0)]):
+        if w >= 0:
+            rows[w, t] = 1.0
+    rows = rows / rows.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return rows @ attention.float() @ cols
 
 
 def word_alignment(
     attention: torch.Tensor, src_words: list[int], tgt_words: list[int]
 ) -> list[tuple[int, int]]:
-    """Sorted, distinct (source word, output word) pairs from a [T, S] attention matrix and the
-    word index of each source and output piece (-1: not a word)."""
-    pairs = set()
-    for t, s in enumerate(piece_alignment(attention)):
-        i, j = src_words[s], tgt_words[t]
-        if i >= 0 and j >= 0:
-            pairs.add((i, j))
-    return sorted(pairs)
+    """Sorted (source word, output word) pairs from a [T, S] piece attention matrix and the
+    word index of each source and output piece (-1: not a word, such as EOS).
+
+    Each output word's most attended source word and each source word's most attending output
+    word are two one-directional alignments; they are symmetrised as statistical aligners' two
+    directions are (grow-diag-final-and), which agreed best with eflomal (RESULTS-align.md).
+    """
+    # Word indices may start past 0 (a sentence inside a line): count from its first word.
+    s0 = min((w for w in src_words if w >= 0), default=0)
+    t0 = min((w for w in tgt_words if w >= 0), default=0)
+    local_src = [w - s0 if w >= 0 else -1 for w in src_words]
+    local_tgt = [w - t0 if w >= 0 else -1 for w in tgt_words]
+    words = word_attention(attention, local_src, local_tgt)
+    if words.numel() == 0:
+        return []
+    by_tgt = {(int(i), j) for j, i in enumerate(words.argmax(dim=1).tolist())}
+    by_src = {(i, int(j)) for i, j in enumerate(words.argmax(dim=0).tolist())}
+    return sorted((i + s0, j + t0) for i, j in grow_diag_final_and(by_tgt, by_src))
+
+
+def grow_diag_final_and(forward: set, backward: set) -> set:
+    """Koehn et al.'s symmetrisation of two directions' links, as fast_align's `atools -c
+    grow-diag-final-and`: their intersection, grown by neighbouring links of their union that
+    align a word not yet aligned, then union links whose words are both unaligned."""
+    union, links = forward | backward, set(forward & backward)
+    neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
+    grew = True
+    while grew:
+        grew = False
+        for i, j in sorted(links):
+            for di, dj in neighbours:
+                cand = (i + di, j + dj)
+                if cand in union and cand not in links:
+                    src_free = all(a != cand[0] for a, _ in links)
+                    tgt_free = all(b != cand[1] for _, b in links)
+                    if src_free or tgt_free:
+                        links.add(cand)
+                        grew = True
+    for i, j in sorted(union):
+        if all(a != i for a, _ in links) and all(b != j for _, b in links):
+            links.add((i, j))
+    return links
 
 
 def pharaoh(pairs: list[tuple[int, int]]) -> str:
@@ -108,28 +156,32 @@ def replay(
     src: torch.Tensor,
     tgt: list[list[int]],
     *,
-    layer: int | None,
+    layers: list[int],
     log_probs: bool,
     special: SpecialIds,
 ) -> list[Replayed]:
     """Teacher-force each target (ids with EOS) on its padded source row: the cross-attention of
-    decoder `layer` (None: none) and, with `log_probs`, each target id's log-probability."""
+    the decoder `layers` (negative: from the top), averaged over their heads and them (none: no
+    attention), and, with `log_probs`, each target id's log-probability."""
     n_layers = len(model.decoder_layers)
-    if layer is not None and not -n_layers <= layer < n_layers:
-        raise ValueError(f"alignment layer {layer} is not one of the {n_layers} decoder layers")
-    chosen = None if layer is None else layer % n_layers
+    for layer in layers:
+        if not -n_layers <= layer < n_layers:
+            raise ValueError(f"alignment layer {layer} is not one of the {n_layers} decoder layers")
+    chosen = {layer % n_layers for layer in layers}
     src_mask = padding_mask(src, special.pad)
     tgt_in = pad([[special.start, *t[:-1]] for t in tgt], pad_id=special.pad).to(src.device)
     memory = model.encode(src, src_mask)
     x = model.embed(model.tgt_embed, tgt_in)
     weights = None
-    last = n_layers - 1 if log_probs else (-1 if chosen is None else chosen)
+    last = n_layers - 1 if log_probs else max(chosen, default=-1)
     for i, block in enumerate(model.decoder_layers[: last + 1]):
-        if i != chosen:  # causal mask alone: exact for every real (non-padding) position
+        if i not in chosen:  # causal mask alone: exact for every real (non-padding) position
             x = block(x, memory, src_mask, None)
             continue
         x, captured = _layer_with_attention(block, x, memory, src_mask)
-        weights = captured.float().mean(dim=1).cpu()  # [B, T, S], heads averaged
+        heads = captured.float().mean(dim=1) / len(chosen)  # [B, T, S]
+        weights = heads if weights is None else weights + heads
+    weights = None if weights is None else weights.cpu()
     token_lp = None
     if log_probs:
         logits = model.logits(model.decoder_norm(x)).float()
@@ -170,7 +222,14 @@ def replay_segments(
         if translator.amp_dtype is not None
         else nullcontext()
     )
-    layer = annotation.layer if annotation.alignments else None
+    n_layers = len(translator.model.decoder_layers)
+    if annotation.layer is not None and not -n_layers <= annotation.layer < n_layers:
+        raise UserError(
+            f"alignment layer {annotation.layer}: the model has {n_layers} decoder layers "
+            f"(0 to {n_layers - 1}, or -1 to -{n_layers} from the top)"
+        )
+    every = list(range(n_layers)) if annotation.layer is None else [annotation.layer]
+    layers = every if annotation.alignments else []
     for chunk in translator.batches(ids):
         src = pad([ids[j] for j in chunk], pad_id=special.pad).to(translator.device)
         tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
@@ -179,7 +238,7 @@ def replay_segments(
                 translator.model,
                 src,
                 tgt,
-                layer=layer,
+                layers=layers,
                 log_probs=annotation.token_probs,
                 special=special,
             )
@@ -290,7 +349,7 @@ class OutputFields:
     alignments: bool = False
     scores: bool = False
     token_probs: bool = False
-    layer: int = DEFAULT_LAYER
+    layer: int | None = DEFAULT_LAYER
     tags: str | None = None  # "html" or "xml": put the line's markup back into its translation
 
     @property

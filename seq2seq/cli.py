@@ -406,7 +406,10 @@ def translate(
     ] = False,
     alignment_layer: Annotated[
         int | None,
-        typer.Option(help="Decoder layer whose cross-attention aligns (negative: from the top)."),
+        typer.Option(
+            help="Decoder layer whose cross-attention aligns (negative: from the top); "
+            "default: every layer's, averaged."
+        ),
     ] = None,
     scores: Annotated[
         bool,

@@ -12,9 +12,11 @@ from typer.testing import CliRunner
 from seq2seq.alignment import (
     Annotation,
     annotate,
+    grow_diag_final_and,
     pharaoh,
     replay,
     word_alignment,
+    word_attention,
     word_starts,
 )
 from seq2seq.attention_plot import cross_attention_weights
@@ -41,12 +43,32 @@ def test_word_starts_merge_sentencepiece_pieces_into_words():
     assert word_starts(pieces, {"</s>"}) == [0, 0, 1, 1, 2, 2, -1]
 
 
-def test_each_output_piece_aligns_to_the_source_word_it_attends_to_most():
-    # Two output pieces (plus EOS) over three source pieces (plus EOS).
-    attention = torch.tensor([[0.1, 0.7, 0.1, 0.1], [0.6, 0.1, 0.2, 0.1], [0.0, 0.0, 0.0, 1.0]])
-    pairs = word_alignment(attention, src_words=[0, 1, 1, -1], tgt_words=[0, 1, -1])
-    assert pairs == [(0, 1), (1, 0)]
-    assert pharaoh(pairs) == "0-1 1-0"
+def test_pieces_attention_is_summed_into_word_attention():
+    # Output pieces: w0, w1 w1, EOS; source pieces: v0 v0, v1, EOS.
+    attention = torch.tensor(
+        [[0.3, 0.3, 0.2, 0.2], [0.1, 0.1, 0.7, 0.1], [0.3, 0.1, 0.5, 0.1], [0.0, 0.0, 0.0, 1.0]]
+    )
+    words = word_attention(attention, src_words=[0, 0, 1, -1], tgt_words=[0, 1, 1, -1])
+    torch.testing.assert_close(words, torch.tensor([[0.6, 0.2], [0.3, 0.6]]))
+
+
+def test_both_directions_argmaxes_are_symmetrised_into_word_pairs():
+    # Output word 0 attends most to source word 1, output word 1 to source word 0 (both
+    # directions agree); source word 2 is attended most by output word 1: a link of one
+    # direction only, kept as it neighbours (1, 0) and aligns a word nothing else does.
+    attention = torch.tensor([[0.1, 0.8, 0.1, 0.0], [0.5, 0.1, 0.4, 0.0], [0.0, 0.0, 0.0, 1.0]])
+    pairs = word_alignment(attention, src_words=[0, 1, 2, -1], tgt_words=[0, 1, -1])
+    assert pairs == [(0, 1), (1, 0), (2, 1)]
+    assert pharaoh(pairs) == "0-1 1-0 2-1"
+
+
+def test_grow_diag_final_and_keeps_the_intersection_and_grows_to_unaligned_neighbours():
+    forward = {(0, 0), (1, 1), (3, 3)}
+    backward = {(0, 0), (1, 1), (1, 2), (2, 2), (3, 0)}
+    links = grow_diag_final_and(forward, backward)
+    # (1, 2) neighbours (1, 1) and aligns output word 2, so far unaligned; (2, 2) then adds
+    # source word 2. Final-and: (3, 3) aligns two unaligned words, (3, 0) an aligned one.
+    assert links == {(0, 0), (1, 1), (1, 2), (2, 2), (3, 3)}
 
 
 def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_heads(
@@ -57,7 +79,7 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
     hyps = [[5, 6, 7, special.eos], [8, special.eos]]
     src = pad(src_ids, pad_id=special.pad)
     for layer in range(len(translator.model.decoder_layers)):
-        found = replay(translator.model, src, hyps, layer=layer, log_probs=True, special=special)
+        found = replay(translator.model, src, hyps, layers=[layer], log_probs=True, special=special)
         for b, (ids, tgt) in enumerate(zip(src_ids, hyps)):
             one_src = torch.tensor([ids])
             logits, weights = cross_attention_weights(
