@@ -126,6 +126,7 @@ def grow_diag_final_and(forward: set, backward: set) -> set:
     grow-diag-final-and`: their intersection, grown by neighbouring links of their union that
     align a word not yet aligned, then union links whose words are both unaligned."""
     union, links = forward | backward, set(forward & backward)
+    src_done, tgt_done = {i for i, _ in links}, {j for _, j in links}
     neighbours = [(-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1)]
     grew = True
     while grew:
@@ -134,14 +135,16 @@ def grow_diag_final_and(forward: set, backward: set) -> set:
             for di, dj in neighbours:
                 cand = (i + di, j + dj)
                 if cand in union and cand not in links:
-                    src_free = all(a != cand[0] for a, _ in links)
-                    tgt_free = all(b != cand[1] for _, b in links)
-                    if src_free or tgt_free:
+                    if cand[0] not in src_done or cand[1] not in tgt_done:
                         links.add(cand)
+                        src_done.add(cand[0])
+                        tgt_done.add(cand[1])
                         grew = True
     for i, j in sorted(union):
-        if all(a != i for a, _ in links) and all(b != j for _, b in links):
+        if i not in src_done and j not in tgt_done:
             links.add((i, j))
+            src_done.add(i)
+            tgt_done.add(j)
     return links
 
 

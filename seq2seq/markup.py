@@ -9,9 +9,10 @@ verbatim, never translated.
 
 The output is always well-formed with exactly the input's tags: where alignment would make two
 tags cross, the inner one is cut to fit inside the outer, and a tag left with no aligned word is
-kept, empty, where its first word would go. Text is unescaped (`&amp;` → `&`) for the model and
-`&`, `<`, `>` escaped in the output. With `html`, void elements (`<br>`, `<img …>`) need no
-`/`; with `xml` every tag must close.
+kept, empty, where its first word would go. Placeholder-shaped text the model writes itself is
+dropped (every placeholder of the source was taken out, so such text is invented). Text is
+unescaped (`&amp;` → `&`) for the model and `&`, `<`, `>` escaped in the output. With `html`,
+void elements (`<br>`, `<img …>`) need no `/`; with `xml` every tag must close.
 
 Malformed markup (an unclosed, stray or crossing tag) is not guessed at: the line is translated
 as plain text, tags and all, and a warning names the line.
@@ -37,6 +38,7 @@ TOKEN = re.compile(
     re.DOTALL,
 )
 TAG_NAME = re.compile(r"</?([A-Za-z][\w:.-]*)")
+PLACEHOLDER = re.compile(r"\{\w*\}|%(?:\(\w+\)|\d+\$)?[sdifx]")
 
 
 class MalformedMarkup(ValueError):
@@ -194,7 +196,7 @@ def _free_part(first: int, last: int, taken: list[tuple[int, int]]) -> tuple[int
 def reinsert(marked: Marked, target: str, pairs: list[tuple[int, int]]) -> str:
     """The translation `target` (of `marked.text`) with the markup put back; `pairs`: the
     (source word, output word) alignment."""
-    words = [html.escape(w, quote=False) for w in target.split()]
+    words = [html.escape(_invented_removed(w), quote=False) for w in target.split()]
     n_src, n_tgt = len(marked.words), len(words)
     placed = place(marked, n_tgt, pairs)
     opens: dict[int, list[tuple]] = {}
@@ -228,7 +230,16 @@ def reinsert(marked: Marked, target: str, pairs: list[tuple[int, int]]) -> str:
         if p < n_tgt:
             tags = "".join(t for *_, t in sorted(opens.get(p, [])))
             out.append(glued.get(p, "") + tags + words[p])
-    return " ".join(out)
+    return " ".join(t for t in out if t)
+
+
+def _invented_removed(word: str) -> str:
+    """An output word without placeholder-shaped text: the source's placeholders were all taken
+    out, so any the model writes (`{a}`, `%s`) are invented, and would break the caller's
+    formatting."""
+    while PLACEHOLDER.search(word):
+        word = PLACEHOLDER.sub("", word)
+    return word
 
 
 def same_markup(a: str, b: str, fmt: str = "html") -> bool:

@@ -73,6 +73,13 @@ def test_the_output_is_well_formed_with_the_same_markup_whatever_the_alignment(l
         assert [w for w in parse(out).text.split()] == target.split()
 
 
+def test_placeholders_the_model_writes_itself_are_dropped_so_none_is_invented():
+    marked = parse("Fill <b>the</b> form {form}")
+    out = reinsert(marked, "Remplissez le {nom} formulaire %s{}}", [(0, 0), (1, 1), (2, 3)])
+    assert out == "Remplissez <b>le</b> formulaire } {form}"
+    assert same_markup("Fill <b>the</b> form {form}", out)
+
+
 def test_text_is_unescaped_for_the_model_and_escaped_in_the_output():
     marked = parse("Fish &amp; <b>chips</b>")
     assert marked.text == "Fish & chips"
