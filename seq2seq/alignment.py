@@ -20,6 +20,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .attention_plot import explicit_cross_attention
 from .batching import pad, padding_mask
@@ -86,14 +87,11 @@ def word_attention(
     """Piece attention [T, S] as word attention [output words, source words]: an output word's
     rows averaged over its pieces, a source word's columns summed (special pieces left out)."""
     n_src, n_tgt = max(src_words, default=-1) + 1, max(tgt_words, default=-1) + 1
-    cols = torch.zeros(attention.size(1), n_src)
-    for s, w in enumerate(src_words[: attention.size(1)]):
-        if w >= 0:
-            cols[s, w] = 1.0
-    rows = torch.zeros(n_tgt, attention.size(0))
-    for t, w in enumerate(tgt_words[: attention.size(0)]):
-        if w >= 0:
-            rows[w, t] = 1.0
+    src = torch.tensor(src_words[: attention.size(1)])
+    tgt = torch.tensor(tgt_words[: attention.size(0)])
+    # One-hot piece → word matrices; a special piece (-1) is the extra last column, cut off.
+    cols = F.one_hot(src.where(src >= 0, n_src), n_src + 1)[:, :n_src].float()
+    rows = F.one_hot(tgt.where(tgt >= 0, n_tgt), n_tgt + 1)[:, :n_tgt].float().T
     rows = rows / rows.sum(dim=1, keepdim=True).clamp(min=1.0)
     return rows @ attention.float() @ cols
 
@@ -268,9 +266,14 @@ def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annot
         Annotated("", 0.0, [] if annotation.alignments else None, [] if extra else None)
         for _ in lines
     ]
-    for i, segs in by_line.items():
+    # Decoded together: one call for the chunk, not one a line.
+    texts = translator.tokenizer.decode_tgt(
+        [[t for j in segs for t in hyps[j].tokens] for segs in by_line.values()]
+    )
+    for (i, segs), text in zip(by_line.items(), texts):
         out[i] = _line(
             translator,
+            " ".join(text.split()),
             [ids[j] for j in segs],
             [hyps[j] for j in segs],
             [replayed[j] for j in segs] if replayed else None,
@@ -284,15 +287,13 @@ def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annot
 
 def _line(
     translator,
+    text: str,
     ids: list[list[int]],
     hyps: list[Hypothesis],
     replayed: list[Replayed] | None,
     annotation: Annotation,
 ) -> Annotated:
-    """One line's annotated translation from its segments' hypotheses."""
-    tok = translator.tokenizer
-    tokens = [t for h in hyps for t in h.tokens]
-    text = " ".join(tok.decode_tgt([tokens])[0].split())
+    """One line's annotated translation (`text`, decoded) from its segments' hypotheses."""
     if len(hyps) == 1:
         score = hyps[0].score
     else:
