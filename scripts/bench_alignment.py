@@ -24,7 +24,8 @@ Steps (each may be run alone; `all` runs them in order; files go to --work):
 - `confidence`: Spearman between each valid line's score (what beam ranks) and its sentence chrF
   against the reference; also the plain mean token log-probability; a scatter PNG.
 - `speed`: valid lines at beam 4 on 2 threads: plain decoding vs `--alignments` vs `--tags`
-  (on the tagged lines, against plain decoding of the same text), median of 3 repeats.
+  (on the tagged lines, against plain decoding of the same text), interleaved repeats, the
+  fastest of each.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import json
 import os
 import random
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -206,7 +206,10 @@ def step_tags(args) -> dict:
     translator = load(args)
     items = tagged_set(args)
     found = translate_tagged(
-        translator, [it["line"] for it in items], Annotation(alignments=True), "html"
+        translator,
+        [it["line"] for it in items],
+        Annotation(alignments=True, layer=args.layer),
+        "html",
     )
     well_formed = checkable = right = 0
     for it, a in zip(items, found):
@@ -222,6 +225,7 @@ def step_tags(args) -> dict:
         b = next(s for s in marked.spans if s.open == "<b>")
         right += b.first <= words.index(it["expect"]) <= b.last
     result = {
+        "layer": args.layer,
         "lines": len(items),
         "well_formed": well_formed / len(items),
         "checkable_tags": checkable,
@@ -275,20 +279,28 @@ def step_speed(args) -> dict:
     tagged = [it["line"] for it in tagged_set(args)][: args.speed_lines]
     plain_of_tagged = [parse(line).text for line in tagged]
 
-    def timed(fn) -> float:
-        times = []
-        for _ in range(args.repeats):
+    modes = {
+        "plain": lambda: translator.translate(lines),
+        "alignments": lambda: render_lines(
+            translator, lines, OutputFields(alignments=True, layer=args.layer)
+        ),
+        "plain_tagged_text": lambda: translator.translate(plain_of_tagged),
+        "tags": lambda: render_lines(
+            translator, tagged, OutputFields(tags="html", layer=args.layer)
+        ),
+    }
+    translator.translate(lines[:32])  # warm up
+    times: dict[str, list[float]] = {name: [] for name in modes}
+    for _ in range(args.repeats):  # interleaved, so drift in the machine's speed hits all alike
+        for name, fn in modes.items():
             start = time.perf_counter()
             fn()
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    translator.translate(lines[:32])  # warm up
-    plain = timed(lambda: translator.translate(lines))
-    aligned = timed(lambda: render_lines(translator, lines, OutputFields(alignments=True)))
-    plain_t = timed(lambda: translator.translate(plain_of_tagged))
-    tags = timed(lambda: render_lines(translator, tagged, OutputFields(tags="html")))
+            times[name].append(time.perf_counter() - start)
+    best = {name: min(t) for name, t in times.items()}  # the least disturbed run of each
+    plain, aligned = best["plain"], best["alignments"]
+    plain_t, tags = best["plain_tagged_text"], best["tags"]
     result = {
+        "layer": args.layer,
         "lines": len(lines),
         "plain_s": plain,
         "alignments_s": aligned,
@@ -297,6 +309,7 @@ def step_speed(args) -> dict:
         "plain_tagged_text_s": plain_t,
         "tags_s": tags,
         "tags_cost": tags / plain_t - 1,
+        "all_times_s": times,
     }
     print(json.dumps(result))
     return {"speed": result}
@@ -326,7 +339,10 @@ def main() -> None:
     parser.add_argument("--eflomal", type=Path, default=Path("/tmp/eflomal_pkg"))
     parser.add_argument("--work", type=Path, default=Path("/tmp/alignbench"))
     parser.add_argument("--speed-lines", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--layer", type=int, default=None, help="tags and speed: the aligning layer (all)"
+    )
     parser.add_argument("--output", type=Path, default=REPO / "benchmarks" / "bench_alignment.json")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
@@ -335,7 +351,10 @@ def main() -> None:
     done = json.loads(args.output.read_text()) if args.output.exists() else {}
     for name, step in STEPS.items():
         if args.step in (name, "all"):
-            done.update(step(args))
+            found = step(args)
+            if args.layer is not None:  # kept beside the default's figures
+                found = {f"{k}_layer{args.layer}": v for k, v in found.items()}
+            done.update(found)
             args.output.write_text(json.dumps(done, indent=1, ensure_ascii=False) + "\n")
 
 

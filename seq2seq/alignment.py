@@ -16,7 +16,8 @@ source word and each source word's most attending output word are symmetrised
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -160,10 +161,12 @@ def replay(
     layers: list[int],
     log_probs: bool,
     special: SpecialIds,
+    memory: torch.Tensor | None = None,
 ) -> list[Replayed]:
     """Teacher-force each target (ids with EOS) on its padded source row: the cross-attention of
     the decoder `layers` (negative: from the top), averaged over their heads and them (none: no
-    attention), and, with `log_probs`, each target id's log-probability."""
+    attention), and, with `log_probs`, each target id's log-probability. `memory`: the batch's
+    encoder output, if the search kept it."""
     n_layers = len(model.decoder_layers)
     for layer in layers:
         if not -n_layers <= layer < n_layers:
@@ -171,7 +174,8 @@ def replay(
     chosen = {layer % n_layers for layer in layers}
     src_mask = padding_mask(src, special.pad)
     tgt_in = pad([[special.start, *t[:-1]] for t in tgt], pad_id=special.pad).to(src.device)
-    memory = model.encode(src, src_mask)
+    if memory is None:
+        memory = model.encode(src, src_mask)
     x = model.embed(model.tgt_embed, tgt_in)
     weights = None
     last = n_layers - 1 if log_probs else max(chosen, default=-1)
@@ -212,10 +216,39 @@ def _layer_with_attention(block, x, memory, src_mask) -> tuple[torch.Tensor, tor
     return block.ffn_block(x, block.ffn), captured[0]
 
 
+@contextmanager
+def encoder_outputs_kept(model: Transformer) -> Iterator[dict[tuple, torch.Tensor]]:
+    """While it lasts, each batch the model encodes keeps its encoder output, by source ids, so
+    that replaying the batch after search does not encode it again (a model used by one thread
+    at a time, as the translator's is)."""
+    kept: dict[tuple, torch.Tensor] = {}
+    encode = model.encode
+
+    def keeping(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
+        memory = encode(src, src_mask)
+        kept[_batch_key(src)] = memory
+        return memory
+
+    model.encode = keeping  # an instance attribute, shadowing the method until deleted
+    try:
+        yield kept
+    finally:
+        del model.encode
+
+
+def _batch_key(src: torch.Tensor) -> tuple:
+    return (tuple(src.shape), src.cpu().numpy().tobytes())
+
+
 def replay_segments(
-    translator, ids: list[list[int]], hyps: list[Hypothesis], annotation: Annotation
+    translator,
+    ids: list[list[int]],
+    hyps: list[Hypothesis],
+    annotation: Annotation,
+    kept: dict[tuple, torch.Tensor] | None = None,
 ) -> list[Replayed]:
-    """`replay` over many (source, best hypothesis) segments, in the translator's batches."""
+    """`replay` over many (source, best hypothesis) segments, in the translator's batches
+    (`kept`: their encoder outputs, from `encoder_outputs_kept`)."""
     special = translator.tokenizer.ids
     out: list[Replayed | None] = [None] * len(ids)
     amp = (
@@ -231,20 +264,26 @@ def replay_segments(
         )
     every = list(range(n_layers)) if annotation.layer is None else [annotation.layer]
     layers = every if annotation.alignments else []
-    for chunk in translator.batches(ids):
-        src = pad([ids[j] for j in chunk], pad_id=special.pad).to(translator.device)
-        tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
-        with amp:
-            found = replay(
-                translator.model,
-                src,
-                tgt,
-                layers=layers,
-                log_probs=annotation.token_probs,
-                special=special,
-            )
-        for j, r in zip(chunk, found):
-            out[j] = r
+    was_training = translator.model.training
+    translator.model.eval()
+    try:
+        for chunk in translator.batches(ids):
+            src = pad([ids[j] for j in chunk], pad_id=special.pad).to(translator.device)
+            tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
+            with amp:
+                found = replay(
+                    translator.model,
+                    src,
+                    tgt,
+                    layers=layers,
+                    log_probs=annotation.token_probs,
+                    special=special,
+                    memory=(kept or {}).get(_batch_key(src)),
+                )
+            for j, r in zip(chunk, found):
+                out[j] = r
+    finally:
+        translator.model.train(was_training)
     return out  # type: ignore[return-value]
 
 
@@ -256,9 +295,11 @@ def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annot
     for i, source in enumerate(sources):
         ids += [list(seq) for seq in source.segments]
         owner += [i] * len(source.segments)
-    hyps = [found[0] for found in translator.search(ids, owner)]
     extra = annotation.alignments or annotation.token_probs
-    replayed = replay_segments(translator, ids, hyps, annotation) if extra and ids else []
+    keep = encoder_outputs_kept(translator.model) if extra else nullcontext({})
+    with keep as kept:
+        hyps = [found[0] for found in translator.search(ids, owner)]
+    replayed = replay_segments(translator, ids, hyps, annotation, kept) if extra and ids else []
     by_line: dict[int, list[int]] = {}
     for j, i in enumerate(owner):
         by_line.setdefault(i, []).append(j)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from seq2seq.alignment import (
     Annotation,
     annotate,
+    encoder_outputs_kept,
     grow_diag_final_and,
     pharaoh,
     replay,
@@ -89,6 +90,19 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
             torch.testing.assert_close(found[b].attention, expected, atol=1e-5, rtol=1e-4)
             log_probs = logits[0].log_softmax(-1).gather(1, torch.tensor(tgt).unsqueeze(1))
             assert found[b].log_probs == pytest.approx(log_probs.squeeze(1).tolist(), abs=1e-4)
+
+
+def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
+    ids = translator.tokenizer.encode_src(LINES[:1] + LINES[2:])
+    with encoder_outputs_kept(translator.model) as kept:
+        translator.search(ids, list(range(len(ids))))
+    assert "encode" not in vars(translator.model)  # the method again
+    special = translator.tokenizer.ids
+    assert len(kept) == len(translator.batches(ids))
+    for chunk in translator.batches(ids):
+        src = pad([ids[j] for j in chunk], pad_id=special.pad)
+        memory = next(m for m in kept.values() if m.size(0) == src.size(0))
+        torch.testing.assert_close(memory, translator.model.encode(src, src != special.pad))
 
 
 def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_found(
