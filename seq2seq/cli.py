@@ -403,21 +403,57 @@ def _regressed(comparison: dict[str, Any] | None, fail_on_regression: bool) -> b
     return False
 
 
+# `translate`'s own options.
+InputFile = Annotated[Path | None, typer.Option("--input", "-i", help="Input file (stdin).")]
+OutputFile = Annotated[Path | None, typer.Option("--output", "-o", help="Output file (stdout).")]
+NBest = Annotated[
+    int | None, typer.Option(help="Print the N best as `line ||| translation ||| score` lines.")
+]
+InputErrors = Annotated[
+    str,
+    typer.Option(
+        help="Invalid UTF-8 input: `strict` stops naming the line, `replace` decodes it "
+        "as U+FFFD and goes on."
+    ),
+]
+Alignments = Annotated[
+    bool, typer.Option(help="Add ` ||| ` and Pharaoh `src-tgt` word pairs to each line.")
+]
+AlignmentLayer = Annotated[
+    int | None,
+    typer.Option(
+        help="Decoder layer whose cross-attention aligns (negative: from the top); "
+        "default: every layer's, averaged."
+    ),
+]
+Scores = Annotated[
+    bool,
+    typer.Option(help="Add ` ||| ` and the length-normalised log-probability (what beam ranks)."),
+]
+WordScores = Annotated[
+    bool, typer.Option(help="Add ` ||| ` and each output token's probability (EOS included).")
+]
+Tags = Annotated[
+    bool,
+    typer.Option(
+        help="Lines carry inline tags/placeholders: put them back around the aligned words."
+    ),
+]
+TagFormat = Annotated[
+    str, typer.Option(help="Markup of --tags: `html` (void elements such as <br>) or `xml`.")
+]
+
+
 @app.command()
 @_user_errors
 def translate(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
-    input: Annotated[Path | None, typer.Option("--input", "-i", help="Input file (stdin).")] = None,
-    output: Annotated[
-        Path | None, typer.Option("--output", "-o", help="Output file (stdout).")
-    ] = None,
+    input: InputFile = None,
+    output: OutputFile = None,
     checkpoint: Checkpoint = None,
     beam_size: BeamSize = None,
-    nbest: Annotated[
-        int | None,
-        typer.Option(help="Print the N best as `line ||| translation ||| score` lines."),
-    ] = None,
+    nbest: NBest = None,
     length_penalty: LengthPenalty = None,
     batch_size: BatchSize = None,
     max_tokens: MaxTokens = None,
@@ -428,13 +464,13 @@ def translate(
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
     tgt_lang: TgtLang = None,
-    errors: Annotated[
-        str,
-        typer.Option(
-            help="Invalid UTF-8 input: `strict` stops naming the line, `replace` decodes it "
-            "as U+FFFD and goes on."
-        ),
-    ] = "strict",
+    errors: InputErrors = "strict",
+    alignments: Alignments = False,
+    alignment_layer: AlignmentLayer = None,
+    scores: Scores = False,
+    word_scores: WordScores = False,
+    tags: Tags = False,
+    tag_format: TagFormat = "html",
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output), one line per line.
 
@@ -442,8 +478,10 @@ def translate(
       echo "I have three cats." | seq2seq translate --run runs/demo\n
       seq2seq translate --run runs/demo --input in.en --output out.fr --beam-size 5\n
       seq2seq translate --run runs/demo --nbest 4 < in.en | head\n
-      seq2seq translate --run runs/demo --glossary terms.tsv < in.en
-      seq2seq translate --run runs/nllb --src-lang eng_Latn --tgt-lang fra_Latn < in.en
+      seq2seq translate --run runs/demo --glossary terms.tsv < in.en\n
+      seq2seq translate --run runs/nllb --src-lang eng_Latn --tgt-lang fra_Latn < in.en\n
+      seq2seq translate --run runs/demo --alignments --scores < in.en\n
+      echo 'Click <b>Save</b> now.' | seq2seq translate --run runs/demo --tags
     """
     from .streams import translate_files
     from .translator import load_translator
@@ -462,11 +500,19 @@ def translate(
         split_sentences=split_sentences,
         quantize=quantize,
     )
+    fields = _output_fields(
+        alignments=alignments,
+        layer=alignment_layer,
+        scores=scores,
+        word_scores=word_scores,
+        tags=tag_format if tags else None,
+        nbest=decode.nbest,
+    )
     terms, given = _terminology(glossary, constraints)
     translator, _ = load_translator(run, checkpoint, device, decode=decode)
     translator.glossary = terms
     translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
-    translate_files(translator, input, output, errors, constraints=given)
+    translate_files(translator, input, output, errors=errors, constraints=given, fields=fields)
 
 
 # Terminology (issue 32): what the glossary and constraints files hold is in seq2seq/glossary.py.
@@ -498,6 +544,26 @@ def _terminology(glossary: Path | None, constraints: Path | None):
         read_glossary(glossary) if glossary is not None else None,
         read_constraints(constraints) if constraints is not None else None,
     )
+
+
+def _output_fields(
+    *, alignments: bool, layer: int | None, scores: bool, word_scores: bool, tags, nbest: int
+):
+    """translate's extra output, checked: not with --nbest (its lines are scored already)."""
+    from .alignment import DEFAULT_LAYER, OutputFields
+
+    if tags is not None and tags not in ("html", "xml"):
+        raise UserError(f"--tag-format must be html or xml, not {tags!r}")
+    fields = OutputFields(
+        alignments=alignments,
+        scores=scores,
+        token_probs=word_scores,
+        layer=DEFAULT_LAYER if layer is None else layer,
+        tags=tags,
+    )
+    if nbest > 1 and not fields.plain:
+        raise UserError("--alignments, --scores, --word-scores and --tags need --nbest 1")
+    return fields
 
 
 # `seq2seq serve`'s own options.

@@ -1,7 +1,9 @@
 """`seq2seq translate`: lines in, translations out, one output line per input line.
 
 With n-best output each input line gives its hypotheses as Moses-style lines,
-`index ||| translation ||| score` (index counting input lines from 0, best first).
+`index ||| translation ||| score` (index counting input lines from 0, best first). With
+alignments, scores or token probabilities asked for (`alignment.OutputFields`), each line is
+`translation ||| alignment ||| score ||| probabilities`, each field only when asked for.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO, TextIO
 
+from .alignment import OutputFields, render_lines
 from .data import decode_line
 from .errors import UserError
 from .files import atomic_write
@@ -28,6 +31,7 @@ def translate_stream(
     chunk_lines: int = CHUNK_LINES,
     errors: str = "strict",
     constraints: list[list[str]] | None = None,
+    fields: OutputFields | None = None,
 ) -> int:
     """Translate raw lines chunk by chunk, flushing each chunk's output; return the count.
     `constraints`: the target terms of each line, if given directly."""
@@ -42,18 +46,30 @@ def translate_stream(
         except UserError as e:
             raise UserError(f"{e}; --errors replace reads such bytes as U+FFFD") from None
         if len(chunk) >= chunk_lines:
-            out.write(_render(translator, chunk, first, constraints))
+            out.write(_render(translator, chunk, first, constraints, fields))
             out.flush()
             chunk = []
     if chunk:
-        out.write(_render(translator, chunk, first, constraints))
+        out.write(_render(translator, chunk, first, constraints, fields))
         out.flush()
     if constraints is not None and count != len(constraints):
         raise UserError(f"{len(constraints)} lines of constraints for {count} input lines")
     return count
 
 
-def _render(translator: Translator, chunk: list[str], first: int, constraints=None) -> str:
+def _render(
+    translator: Translator,
+    chunk: list[str],
+    first: int,
+    constraints: list[list[str]] | None = None,
+    fields: OutputFields | None = None,
+) -> str:
+    if fields is not None and not fields.plain:
+        if constraints is not None:
+            raise UserError(
+                "--constraints cannot be combined with --alignments, --scores or --tags"
+            )
+        return "".join(line + "\n" for line in render_lines(translator, chunk, fields))
     terms = None if constraints is None else constraints[first : first + len(chunk)]
     if terms is not None and len(terms) < len(chunk):
         line = first + len(terms) + 1
@@ -71,8 +87,10 @@ def translate_files(
     translator: Translator,
     input: Path | None,
     output: Path | None,
+    *,
     errors: str = "strict",
     constraints: list[list[str]] | None = None,
+    fields: OutputFields | None = None,
 ) -> int:
     """Translate a file (or stdin) into a file (or stdout); a file is replaced only on success."""
     source: BinaryIO
@@ -96,6 +114,7 @@ def translate_files(
                 chunk_lines=chunk,
                 errors=errors,
                 constraints=constraints,
+                fields=fields,
             )
         counted = []
 
@@ -109,6 +128,7 @@ def translate_files(
                     chunk_lines=chunk,
                     errors=errors,
                     constraints=constraints,
+                    fields=fields,
                 )
                 counted.append(n)
 

@@ -182,6 +182,21 @@ class Translator:
                 ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
         return ids
 
+    def search(
+        self,
+        ids: list[list[int]],
+        owner: list[int],
+        terms: list | None = None,
+        firsts: list[int | None] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """The n-best hypotheses of each encoded segment (`owner`: its input line index;
+        `terms`, `firsts`: its target terms and forced first token, as a Source holds them)."""
+        return self._search(ids, owner, terms, firsts)
+
+    def batches(self, ids: list[list[int]]) -> list[list[int]]:
+        """Indices of `ids` in the length-sorted batches they are decoded in."""
+        return decode_batches(ids, self.decode.batch_size, self.decode.max_tokens)
+
     def _search(
         self,
         ids: list[list[int]],
@@ -199,7 +214,7 @@ class Translator:
         was_training = self.model.training
         self.model.eval()
         try:
-            for chunk in self._batches(ids):
+            for chunk in self.batches(ids):
                 dropped = None
                 if wanted is not None:
                     dropped = partial(_unwanted, wanted, [owner[j] for j in chunk])
@@ -226,25 +241,6 @@ class Translator:
         finally:
             self.model.train(was_training)
         return found
-
-    def _batches(self, ids: list[list[int]]) -> list[list[int]]:
-        """Indices in length order, cut by `batch_size` sentences and `max_tokens` tokens."""
-        order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
-        batches, current, longest = [], [], 0
-        budget = self.decode.max_tokens
-        for j in order:
-            grown = max(longest, len(ids[j]))
-            full = len(current) >= self.decode.batch_size or (
-                budget is not None and (len(current) + 1) * grown > budget
-            )
-            if current and full:
-                batches.append(current)
-                current, grown = [], len(ids[j])
-            current.append(j)
-            longest = grown
-        if current:
-            batches.append(current)
-        return batches
 
     def _decode_batch(
         self, ids: list[list[int]], terms: list, firsts: list[int | None], dropped=None
@@ -296,6 +292,27 @@ def _warn_unmet(best: Hypothesis, line: int) -> None:
 
 def _unwanted(wanted: Callable[[int], bool], lines: list[int]) -> list[bool]:
     return [not wanted(i) for i in lines]
+
+
+def decode_batches(
+    ids: list[list[int]], batch_size: int, max_tokens: int | None
+) -> list[list[int]]:
+    """Indices in length order, cut by `batch_size` sentences and `max_tokens` tokens."""
+    order = sorted(range(len(ids)), key=lambda j: len(ids[j]))
+    batches, current, longest = [], [], 0
+    for j in order:
+        grown = max(longest, len(ids[j]))
+        full = len(current) >= batch_size or (
+            max_tokens is not None and (len(current) + 1) * grown > max_tokens
+        )
+        if current and full:
+            batches.append(current)
+            current, grown = [], len(ids[j])
+        current.append(j)
+        longest = grown
+    if current:
+        batches.append(current)
+    return batches
 
 
 def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:
