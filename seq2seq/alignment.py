@@ -290,7 +290,12 @@ def replay_segments(
 def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annotated]:
     """The best translation of each line, scored, with the alignment and token probabilities
     `annotation` asks for (a line split into sentences: theirs, joined)."""
-    sources = translator.prepare(lines)
+    return annotate_sources(translator, translator.prepare(lines), annotation)
+
+
+def annotate_sources(translator, sources: list, annotation: Annotation) -> list[Annotated]:
+    """`annotate` of lines already prepared (`Translator.prepare`'s Sources)."""
+    lines = sources  # one output a source
     ids, owner, terms, firsts = [], [], [], []
     for i, source in enumerate(sources):
         ids += [list(seq) for seq in source.segments]

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -35,6 +36,8 @@ class Source:
     segments: tuple[tuple[int, ...], ...]
     constraints: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per segment; () for none
     first: int | None = None  # the target's forced first token (a many-language model's tag)
+    # Markup taken out of the line (serve's "format"): put back around the aligned words.
+    marked: Any = field(default=None, compare=False)
 
     @property
     def tokens(self) -> int:
@@ -146,6 +149,8 @@ class Translator:
         """`translate_nbest` of lines already prepared (split and encoded). `wanted(i)`, asked
         while decoding, says whether line i's result is still awaited; the lines it gives up
         on stop early and come back empty."""
+        if any(source.marked is not None for source in sources):
+            return _with_markup(self, sources)
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
         ids, owner, terms = [], [], []  # what is decoded, its line, its target terms
         for i, source in enumerate(sources):
@@ -313,6 +318,19 @@ def decode_batches(
     if current:
         batches.append(current)
     return batches
+
+
+def _with_markup(translator: Translator, sources: list[Source]) -> list[list[tuple[str, float]]]:
+    """Best translations with each source's markup put back around the words aligned to the
+    words it wrapped (a batch holding markup is aligned whole)."""
+    from .alignment import Annotation, annotate_sources
+    from .markup import reinsert
+
+    found = annotate_sources(translator, sources, Annotation(alignments=True))
+    return [
+        [(a.text if s.marked is None else reinsert(s.marked, a.text, a.alignment or []), a.score)]
+        for s, a in zip(sources, found)
+    ]
 
 
 def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:

@@ -592,3 +592,24 @@ def test_the_listening_socket_is_tcp_so_answers_are_not_held_back_by_nagle():
         assert sock.proto == socket.IPPROTO_TCP
     finally:
         sock.close()
+
+
+def test_html_requests_get_their_tags_back_and_malformed_markup_is_a_422(run_dir, monkeypatch):
+    from seq2seq.markup import same_markup
+
+    tagged = ["Click <b>three cats</b> now, {name}.", 'She was <a href="x">born</a> in May.']
+    with _in_process(run_dir, monkeypatch) as client:
+        answer = client.post("/translate", json={"texts": tagged, "format": "html"})
+        plain = client.post("/translate", json={"text": "It is a quarter past five."})
+        single = client.post("/translate", json={"text": "<i>It is</i> late.", "format": "xml"})
+        malformed = client.post("/translate", json={"texts": ["ok", "<b>open"], "format": "html"})
+        nbest = client.post("/translate", json={"text": "<b>x</b>", "format": "html", "nbest": 2})
+    assert answer.status_code == 200, answer.text
+    for source, output in zip(tagged, answer.json()["translations"]):
+        assert same_markup(source, output), (source, output)  # well-formed, the same tags
+    assert plain.status_code == 200 and single.status_code == 200
+    assert same_markup("<i>It is</i> late.", single.json()["translation"], "xml")
+    assert malformed.status_code == 422
+    assert malformed.json()["field"] == "texts[1]"
+    assert "malformed html markup" in malformed.json()["error"]
+    assert nbest.status_code == 422 and nbest.json()["field"] == "format"

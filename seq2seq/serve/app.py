@@ -17,7 +17,7 @@ import math
 import time
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +233,8 @@ def _add_translate_route(
             raise RequestError(422, "glossary", str(e)) from None
         sources = prepare_languages(translator, req, glossary)
         check_source_tokens(req, sum(s.tokens for s in sources), limits)
+        if req.marked is not None:  # put back around the aligned words once decoded
+            sources = [replace(s, marked=m) for s, m in zip(sources, req.marked)]
         return req, sources
 
     @app.post(

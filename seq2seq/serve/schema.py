@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -71,6 +71,11 @@ class TranslateBody(BaseModel):
     target_lang: str | None = Field(
         None, description="Target language of a many-language model (run's default)."
     )
+    format: Literal["text", "html", "xml"] | None = Field(
+        None,
+        description="`html` or `xml`: the texts carry inline tags and placeholders ({name}, %s), "
+        "taken out before translation and put back around the aligned words (default: text).",
+    )
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class TranslateRequest:
     glossary: list[tuple[str, str]] | None = None  # the request's own term pairs, checked
     source_lang: str | None = None
     target_lang: str | None = None
+    # With format html or xml: each line's markup, taken out of `lines` (which hold the text).
+    marked: list | None = None
 
 
 def _field(loc: tuple) -> str:
@@ -174,7 +181,31 @@ def parse_translate_request(
         )
     pairs = _glossary(req.glossary, limits) if req.glossary is not None else None
     options = _options(req, limits, defaults)
-    return TranslateRequest(lines, single, options, pairs, req.source_lang, req.target_lang)
+    marked = None
+    if req.format in ("html", "xml"):
+        if options.nbest > 1:
+            raise RequestError(422, "format", "format html or xml needs nbest 1")
+        marked = _markup(lines, req.format, name, single)
+        lines = [m.text for m in marked]
+    return TranslateRequest(
+        lines, single, options, pairs, req.source_lang, req.target_lang, marked=marked
+    )
+
+
+def _markup(lines: list[str], fmt: str, name: str, single: bool) -> list:
+    """Each line's markup parsed; malformed markup (unclosed or crossing tags) is a 422 naming
+    the text, where `translate --tags` would translate it as text with a warning: a client
+    can fix its request, a batch job should go on."""
+    from ..markup import MalformedMarkup, parse
+
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(parse(line, fmt))
+        except MalformedMarkup as e:
+            where = name if single else f"{name}[{i}]"
+            raise RequestError(422, where, f"{where}: malformed {fmt} markup: {e}") from None
+    return out
 
 
 def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, str]]:
