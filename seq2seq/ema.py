@@ -25,15 +25,19 @@ class WeightEMA:
         self.decay = decay
         self.names = [n for n, p in model.named_parameters() if p.dtype.is_floating_point]
         self.shadow = [p.detach().clone() for p in self._params(model)]
+        # The training step calls update: the model's parameter list is looked up once.
+        self._model, self._model_params = model, self._params(model)
 
     def _params(self, model: nn.Module) -> list[torch.Tensor]:
+        if getattr(self, "_model", None) is model:
+            return self._model_params
         params = dict(model.named_parameters())
         return [params[n] for n in self.names]
 
     @torch.no_grad()
     def update(self, model: nn.Module) -> None:
         """Move the average towards the model's current weights (once per update)."""
-        torch._foreach_lerp_(self.shadow, [p.detach() for p in self._params(model)], 1 - self.decay)
+        torch._foreach_lerp_(self.shadow, self._params(model), 1 - self.decay)
 
     @torch.no_grad()
     def reset(self, model: nn.Module) -> None:
