@@ -134,11 +134,51 @@ def token_budget_batches(
 
 
 def epoch_batches(
-    src_lens: np.ndarray, tgt_lens: np.ndarray, *, max_tokens: int, seed: int, epoch: int
+    src_lens: np.ndarray,
+    tgt_lens: np.ndarray,
+    *,
+    max_tokens: int,
+    seed: int,
+    epoch: int,
+    parts: Sequence[int] = (),
+    temperature: float = 1.0,
 ) -> list[np.ndarray]:
-    """One epoch's batches: a pure function of (seed, epoch), so a resumed run sees the same."""
+    """One epoch's batches: a pure function of (seed, epoch), so a resumed run sees the same.
+
+    With several `parts` (rows of one direction each, consecutive), every batch holds one
+    part's pairs and parts are drawn by temperature sampling (`sampling_probabilities`)."""
     rng = np.random.default_rng([seed, epoch])
-    return token_budget_batches(src_lens, tgt_lens, max_tokens, rng)
+    if len([n for n in parts if n]) < 2:
+        return token_budget_batches(src_lens, tgt_lens, max_tokens, rng)
+    starts = np.cumsum([0, *parts])
+    per_part = [
+        [
+            b + np.int32(a)
+            for b in token_budget_batches(src_lens[a:z], tgt_lens[a:z], max_tokens, rng)
+        ]
+        for a, z in zip(starts[:-1].tolist(), starts[1:].tolist())
+    ]
+    # As many batches as the parts hold together; a part drawn more often than it has batches
+    # starts a fresh shuffle of them (upsampling), one drawn less leaves some for later epochs.
+    picks = rng.choice(
+        len(parts), size=sum(map(len, per_part)), p=sampling_probabilities(parts, temperature)
+    )
+    out, used = [], [0] * len(parts)
+    for k in picks.tolist():
+        if used[k] == len(per_part[k]):
+            per_part[k] = [per_part[k][j] for j in rng.permutation(len(per_part[k]))]
+            used[k] = 0
+        out.append(per_part[k][used[k]])
+        used[k] += 1
+    return out
+
+
+def sampling_probabilities(sizes: Sequence[int], temperature: float) -> np.ndarray:
+    """How often each direction is drawn: p_i ∝ (n_i / Σn)^(1/T) (Arivazhagan et al. 2019;
+    T = 1 is proportional to size, T = 5 the M2M100/NLLB choice, T → ∞ uniform)."""
+    share = np.asarray(sizes, dtype=np.float64) / max(sum(sizes), 1)
+    p = share ** (1.0 / temperature)
+    return p / p.sum()
 
 
 def iterate(

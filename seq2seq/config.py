@@ -75,6 +75,15 @@ class CorpusConfig(_Strict):
         return " + ".join(str(p) for p in self.files().values())
 
 
+class PairConfig(_Strict):
+    """One direction of a model trained for several (`data.pairs`): its languages and corpora."""
+
+    src_lang: str = Field(description="Source language code of this direction.")
+    tgt_lang: str = Field(description="Target language code of this direction.")
+    train: CorpusConfig = Field(description="Training corpus of this direction.")
+    valid: CorpusConfig | None = Field(None, description="Validation corpus of this direction.")
+
+
 class DataConfig(_Strict):
     """Where the parallel corpus comes from and how it is filtered."""
 
@@ -100,6 +109,37 @@ class DataConfig(_Strict):
         description="Drop repeats of a training (source, target) pair, keeping the first.",
     )
     num_proc: PositiveInt = Field(1, description="Processes for tokenizing with `datasets.map`.")
+    pairs: list[PairConfig] = Field(
+        default_factory=list,
+        description="Several directions in one model (`en-fr` and `fr-en` from the same files, "
+        "say), each with its own corpora, instead of `train`/`valid`; the target language "
+        "reaches the model as `tokenizer.target_language` says. `src_lang`/`tgt_lang` name "
+        "the direction translate uses by default.",
+    )
+    temperature: Annotated[float, Field(gt=0.0)] = Field(
+        5.0,
+        description="How `pairs` are mixed: a batch comes from pair i with probability ∝ "
+        "(its share of sentences)^(1/T); 1 is proportional, 5 the M2M100/NLLB default, "
+        "larger is closer to uniform, so a small pair is not drowned.",
+    )
+
+    @model_validator(mode="after")
+    def _pairs_or_one_corpus(self) -> DataConfig:
+        if not self.pairs:
+            return self
+        if self.train is not None or self.valid is not None:
+            raise ValueError("data.pairs: give each pair its corpora, not data.train/data.valid")
+        seen = set()
+        for pair in self.pairs:
+            direction = (pair.src_lang, pair.tgt_lang)
+            if direction in seen:
+                raise ValueError(f"data.pairs: {pair.src_lang}-{pair.tgt_lang} is listed twice")
+            seen.add(direction)
+        return self
+
+    def languages(self) -> list[str]:
+        """Every language code the pairs name, sorted (empty without pairs)."""
+        return sorted({c for p in self.pairs for c in (p.src_lang, p.tgt_lang)})
 
 
 class TokenizerConfig(_Strict):
@@ -134,10 +174,11 @@ class TokenizerConfig(_Strict):
         description="Where the source language token goes: `prefix` [lang] text </s> "
         "(M2M100, NLLB), `suffix` text </s> [lang] (NLLB's legacy behaviour), `none`.",
     )
-    target_language: Literal["none", "forced_first"] = Field(
+    target_language: Literal["none", "forced_first", "source_tag"] = Field(
         "none",
         description="`forced_first`: the decoder starts from decoder_start_id and its first "
-        "output is forced to the target language token (M2M100/NLLB forced_bos_token_id).",
+        "output is forced to the target language token (M2M100/NLLB forced_bos_token_id); "
+        "`source_tag`: the source starts with the target's tag `>>fr<<` (OPUS-MT multi-target).",
     )
     pad_id: TokenId = Field(0, description="Id of padding (never generated).")
     bos_id: TokenId | None = Field(
@@ -360,6 +401,30 @@ class Config(_Strict):
     decode: DecodeConfig = DecodeConfig()
 
     @model_validator(mode="after")
+    def _languages_known(self) -> Config:
+        """A config of several pairs names its language tokens: SentencePiece places
+        user-defined symbols right after the special ids, in the order given."""
+        tok, codes = self.tokenizer, self.data.languages()
+        if not codes:
+            return self
+        if tok.target_language == "none":
+            return self  # refused when training: --init-from may still bring a tokenizer
+        if tok.layout == "sentencepiece":
+            if not tok.joint:
+                raise ValueError("data.pairs needs a joint vocabulary (tokenizer.joint: true)")
+            specials = [tok.pad_id, tok.eos_id, tok.unk_id, tok.bos_id]
+            first = max(i for i in specials if i is not None) + 1
+            wanted = {c: first + i for i, c in enumerate(codes)}
+            if tok.languages and tok.languages != wanted:
+                raise ValueError(f"tokenizer.languages {tok.languages} do not match data.pairs")
+            tok.languages = wanted
+        else:
+            missing = [c for c in codes if c not in tok.languages]
+            if missing:
+                raise ValueError(f"data.pairs: the tokenizer has no language {missing}")
+        return self
+
+    @model_validator(mode="after")
     def _lengths_fit(self) -> Config:
         if self.model.share_embeddings and not self.tokenizer.joint:
             raise ValueError("model.share_embeddings needs a joint vocabulary (tokenizer.joint)")
@@ -461,14 +526,17 @@ def apply_override(data: dict[str, Any], item: str) -> None:
 def missing_files(cfg: Config) -> list[str]:
     """Corpus files named in the config that do not exist, as `key.path: file` lines (and the
     training corpus itself when none is named: training needs one)."""
-    problems = [] if cfg.data.train is not None else ["data.train: required to train"]
-    for split in ("train", "valid", "test"):
-        corpus = getattr(cfg.data, split)
+    d = cfg.data
+    named = {f"data.{split}": getattr(d, split) for split in ("train", "valid", "test")}
+    for i, pair in enumerate(d.pairs):
+        named |= {f"data.pairs[{i}].train": pair.train, f"data.pairs[{i}].valid": pair.valid}
+    problems = [] if d.train is not None or d.pairs else ["data.train: required to train"]
+    for name, corpus in named.items():
         if corpus is None:
             continue
         for key, file in corpus.files().items():
             if not file.is_file():
-                problems.append(f"data.{split}.{key}: file not found: {file}")
+                problems.append(f"{name}.{key}: file not found: {file}")
     return problems
 
 
@@ -483,8 +551,9 @@ def resolved(cfg: Config) -> Config:
     """A copy whose paths are absolute, so the saved config works from any directory."""
     data = cfg.model_dump()
     data["run_dir"] = cfg.run_dir.resolve()
-    for split in ("train", "valid", "test"):
-        corpus = data["data"][split]
+    corpora = [data["data"][split] for split in ("train", "valid", "test")]
+    corpora += [pair[split] for pair in data["data"]["pairs"] for split in ("train", "valid")]
+    for corpus in corpora:
         if corpus is None:
             continue
         for key in ("src", "tgt", "tsv", "jsonl"):

@@ -17,9 +17,10 @@ import torch
 from pandas.util import hash_array  # pandas comes with datasets
 
 from .batching import release_arrow_pages
-from .config import Config, CorpusConfig, TokenizerConfig
+from .config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from .errors import UserError
 from .files import atomic_write_text
+from .multilingual import encode_sources, encode_targets
 from .tokenizer import Tokenizer, load_run_tokenizer, tokenizer_files, train_tokenizer
 
 log = logging.getLogger(__name__)
@@ -271,12 +272,14 @@ class _EncodeAndFilter:
         run_dir: str,
         tokenizer: TokenizerConfig,
         *,
+        langs: tuple[str, str],
         max_len: int,
         max_len_ratio: float | None,
         repeats: np.ndarray | None,
         tally_dir: str,
     ):
         self.run_dir, self.tokenizer, self.max_len = run_dir, tokenizer, max_len
+        self.langs = langs
         self.max_len_ratio, self.repeats, self.tally_dir = max_len_ratio, repeats, tally_dir
         self._tok: Tokenizer | None = None
 
@@ -298,8 +301,8 @@ class _EncodeAndFilter:
                 pairs.append((s, t))
         src_text = [s for s, _ in pairs]
         tgt_text = [t for _, t in pairs]
-        src = self._tok.encode_src(src_text)
-        tgt = self._tok.encode_tgt(tgt_text)
+        src = encode_sources(self._tok, src_text, *self.langs)
+        tgt = encode_targets(self._tok, tgt_text, self.langs[1])
         keep = []
         too_long = ratio = 0
         for i in range(len(pairs)):
@@ -357,16 +360,18 @@ def tokenize(
     num_proc: int = 1,
     max_len_ratio: float | None = None,
     dedup: bool = False,
+    langs: tuple[str, str] = ("", ""),
 ) -> tuple[datasets.Dataset, FilterReport]:
     """Token ids and lengths of the pairs that pass the filters, and why the others did not.
 
     `tokenizer` describes the run directory's tokenizer (True / False: SentencePiece with the
-    default ids, joint or not)."""
+    default ids, joint or not); `langs`, the (source, target) languages, matters to a model of
+    many languages, whose ids carry them."""
     if isinstance(tokenizer, bool):
         tokenizer = TokenizerConfig(joint=tokenizer)
     # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, the filters.
     h = hashlib.blake2b(digest_size=16)
-    h.update(f"{ds._fingerprint}|{max_len}|{max_len_ratio}|{dedup}".encode())
+    h.update(f"{ds._fingerprint}|{max_len}|{max_len_ratio}|{dedup}|{langs}".encode())
     for p in tokenizer_files(run_dir, tokenizer):
         h.update(p.read_bytes())
     key = h.hexdigest()
@@ -375,6 +380,7 @@ def tokenize(
         encode = _EncodeAndFilter(
             str(run_dir),
             tokenizer,
+            langs=langs,
             max_len=max_len,
             max_len_ratio=max_len_ratio,
             repeats=repeats,
@@ -461,6 +467,15 @@ def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
     return out
 
 
+@dataclass(frozen=True)
+class Part:
+    """A run of consecutive rows of a tokenized split that share one direction."""
+
+    src_lang: str
+    tgt_lang: str
+    rows: int
+
+
 @dataclass
 class Prepared:
     """Tokenizer and tokenized splits a run trains on."""
@@ -469,17 +484,72 @@ class Prepared:
     train: datasets.Dataset
     valid: datasets.Dataset | None
     reports: dict[str, FilterReport] = field(default_factory=dict)  # by split: what was dropped
+    train_parts: list[Part] = field(default_factory=list)  # the directions, in row order
+    valid_parts: list[Part] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Direction:
+    src_lang: str
+    tgt_lang: str
+    train: CorpusConfig
+    valid: CorpusConfig | None
+
+
+def _directions(d: DataConfig) -> list[_Direction]:
+    """What a run trains on: each of `data.pairs`, else the one direction of data.train."""
+    if d.pairs:
+        return [_Direction(p.src_lang, p.tgt_lang, p.train, p.valid) for p in d.pairs]
+    if d.train is None:
+        raise UserError("data.train: required to train")
+    return [_Direction(d.src_lang, d.tgt_lang, d.train, d.valid)]
 
 
 def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> Prepared:
-    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid.
+    """Load the corpus, train (or load) the tokenizer, tokenize and filter train and valid,
+    one direction after the other when the config lists several (`data.pairs`).
 
     `may_train` is False on every torchrun process but rank 0, which trains the tokenizer once
     for the job; the others must find it in the (shared) run directory.
     """
-    run_dir = Path(cfg.run_dir)
     d = cfg.data
-    train_raw = load_corpus(d.train, d.src_lang, d.tgt_lang)
+    if d.pairs and not cfg.tokenizer.languages:
+        raise UserError(
+            "data.pairs: set tokenizer.target_language to source_tag (a >>fr<< tag leads the "
+            "source) or forced_first (the first target token is the language's), so the model "
+            "is told which language to produce"
+        )
+    directions = _directions(d)
+    raws = [load_corpus(x.train, x.src_lang, x.tgt_lang) for x in directions]
+    tokenizer = _open_tokenizer(cfg, raws, reuse_tokenizer, may_train)
+    log.info(
+        "tokenizer: vocabulary %s%s",
+        tokenizer.src_vocab_size,
+        " (joint)" if tokenizer.joint else f" + {tokenizer.tgt_vocab_size}",
+    )
+    reports: dict[str, FilterReport] = {}
+    train, train_parts = _tokenize_parts(cfg, directions, raws, "train", reports)
+    if len(train) == 0:
+        raise UserError(
+            f"the training set is empty after filtering ({reports['train']}); check data.train, "
+            "data.max_len and data.max_len_ratio"
+        )
+    valids = [
+        load_corpus(x.valid, x.src_lang, x.tgt_lang) if x.valid is not None else None
+        for x in directions
+    ]
+    valid, valid_parts = _tokenize_parts(cfg, directions, valids, "valid", reports)
+    if valid is not None and len(valid) == 0:
+        log.warning("the validation set is empty after filtering; validation is skipped")
+        valid, valid_parts = None, []
+    return Prepared(tokenizer, train, valid, reports, train_parts, valid_parts)
+
+
+def _open_tokenizer(
+    cfg: Config, raws: list[datasets.Dataset], reuse: bool, may_train: bool
+) -> Tokenizer:
+    """The run directory's tokenizer, trained on the training texts unless it is reused."""
+    run_dir = Path(cfg.run_dir)
     files = tokenizer_files(run_dir, cfg.tokenizer)
     have = all(p.is_file() for p in files)
     if not have and not may_train:
@@ -487,53 +557,67 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
             f"the tokenizer rank 0 trained is not in {files[0].parent} on this node: under "
             "torchrun on several machines, run_dir must be on a filesystem they all share"
         )
-    if reuse_tokenizer and have:
-        tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
+    if reuse and have:
         log.info("tokenizer: reusing %s", files[0].parent)
-    else:
-        log.info(
-            "tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, d.train.describe()
-        )
-        tokenizer = train_tokenizer(
-            cfg.tokenizer,
-            _column(train_raw, "src"),
-            _column(train_raw, "tgt"),
-            run_dir,
-            threads=torch.get_num_threads(),
-        )
-    log.info(
-        "tokenizer: vocabulary %s%s",
-        tokenizer.src_vocab_size,
-        " (joint)" if tokenizer.joint else f" + {tokenizer.tgt_vocab_size}",
+        return load_run_tokenizer(run_dir, cfg.tokenizer)
+    described = ", ".join(
+        x.train.describe() for x in (_directions(cfg.data) if cfg.data.pairs else [cfg.data])
     )
-    reports = {}
-    train_ds, reports["train"] = tokenize(
-        train_raw,
-        run_dir,
+    log.info("tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, described)
+    return train_tokenizer(
         cfg.tokenizer,
-        max_len=d.max_len,
-        num_proc=d.num_proc,
-        max_len_ratio=d.max_len_ratio,
-        dedup=d.dedup,
+        (t for raw in raws for t in _column(raw, "src")),
+        (t for raw in raws for t in _column(raw, "tgt")),
+        run_dir,
+        threads=torch.get_num_threads(),
     )
-    log.info("train: %s", reports["train"])
-    if len(train_ds) == 0:
-        raise UserError(
-            f"the training set is empty after filtering ({reports['train']}); check data.train, "
-            "data.max_len and data.max_len_ratio"
-        )
-    valid_ds = None
-    if d.valid is not None:
-        valid_raw = load_corpus(d.valid, d.src_lang, d.tgt_lang)
+
+
+def _tokenize_parts(
+    cfg: Config,
+    directions: list[_Direction],
+    raws: list[datasets.Dataset | None],
+    split: str,
+    reports: dict[str, FilterReport],
+) -> tuple[datasets.Dataset | None, list[Part]]:
+    """One split of every direction tokenized, concatenated in order, with its parts; each
+    direction's report goes in `reports` (and their sum under `split`)."""
+    d, several = cfg.data, len(directions) > 1
+    done, parts = [], []
+    for x, raw in zip(directions, raws):
+        if raw is None:
+            continue
         # Validation keeps its repeats and odd ratios: only what the model cannot take goes.
-        valid_ds, reports["valid"] = tokenize(
-            valid_raw, run_dir, cfg.tokenizer, max_len=d.max_len, num_proc=d.num_proc
+        filters = {"max_len_ratio": d.max_len_ratio, "dedup": d.dedup} if split == "train" else {}
+        ds, report = tokenize(
+            raw,
+            Path(cfg.run_dir),
+            cfg.tokenizer,
+            max_len=d.max_len,
+            num_proc=d.num_proc,
+            langs=(x.src_lang, x.tgt_lang),
+            **filters,
         )
-        log.info("valid: %s", reports["valid"])
-        if len(valid_ds) == 0:
-            log.warning("the validation set is empty after filtering; validation is skipped")
-            valid_ds = None
-    return Prepared(tokenizer, train_ds, valid_ds, reports)
+        name = f"{split} {x.src_lang}-{x.tgt_lang}" if several else split
+        log.info("%s: %s", name, report)
+        reports[name] = report
+        done.append(ds)
+        parts.append(Part(x.src_lang, x.tgt_lang, len(ds)))
+    if not done:
+        return None, []
+    if several:
+        reports[split] = _summed([reports[f"{split} {p.src_lang}-{p.tgt_lang}"] for p in parts])
+    return (done[0] if len(done) == 1 else datasets.concatenate_datasets(done)), parts
+
+
+def _summed(reports: list[FilterReport]) -> FilterReport:
+    def total(name: str) -> int | None:
+        values = [getattr(r, name) for r in reports]
+        return None if values[0] is None else sum(values)
+
+    return FilterReport(
+        **{f: total(f) for f in ("read", "empty", "too_long", "length_ratio", "duplicates")}
+    )
 
 
 def _column(ds: datasets.Dataset, name: str) -> Iterator[str]:

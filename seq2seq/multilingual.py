@@ -44,7 +44,10 @@ NLLB_OFFSET = 1  # fairseq's: the dictionary puts <s> <pad> </s> <unk> before th
 
 
 def language_token(layout: str, code: str) -> str:
-    """The token string of a language: `__fr__` in M2M100, the code itself (`fra_Latn`) in NLLB."""
+    """The token string of a language: `__fr__` in M2M100, the code itself (`fra_Latn`) in NLLB,
+    `>>fr<<` (OPUS-MT's tag) in a model trained here for several pairs."""
+    if layout == "sentencepiece":
+        return f">>{code}<<"
     return f"__{code}__" if layout == "m2m100" else code
 
 
@@ -104,15 +107,21 @@ class LanguageTokenizer(Tokenizer):
             return self.languages[code]
         raise unknown_language(code, self.languages, what)
 
-    def encode_src(self, texts: list[str], lang: str | None = None) -> list[list[int]]:
-        """Source ids with the source language token where the model wants it, and EOS."""
+    def encode_src(
+        self, texts: list[str], lang: str | None = None, tgt_lang: str | None = None
+    ) -> list[list[int]]:
+        """Source ids with the source language token where the model wants it, and EOS; led by
+        the target language's tag when that is how the model is told (`source_tag`)."""
         eos, where = self.ids.eos, self.cfg.source_language
         tag = (
             None if where == "none" else self.language_id(lang or self.src_lang, "source language")
         )
+        lead = []
+        if self.cfg.target_language == "source_tag":
+            lead = [self.language_id(tgt_lang or self.tgt_lang, "target language")]
         out = []
         for text in texts:
-            ids = self._encode(text)
+            ids = lead + self._encode(text)
             if where == "prefix":
                 out.append([tag, *ids, eos])
             elif where == "suffix":
@@ -221,6 +230,23 @@ def load_language_tokenizer(
     return LanguageTokenizer(sp, vocab, cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
 
 
+def tagged_tokenizer(sp: spm.SentencePieceProcessor, cfg: TokenizerConfig) -> LanguageTokenizer:
+    """A SentencePiece model trained here for several pairs, its language tags atomic."""
+    for code, i in cfg.languages.items():
+        if i >= sp.get_piece_size() or sp.id_to_piece(i) != language_token(cfg.layout, code):
+            raise UserError(
+                f"the tokenizer's piece {i} is not the tag of {code!r}: the run's tokenizer was "
+                "trained for other data.pairs; train it again"
+            )
+    vocab = {
+        sp.id_to_piece(i): i
+        for i in range(sp.get_piece_size())
+        if not (sp.is_control(i) or sp.is_unknown(i) or i in cfg.languages.values())
+    }
+    cfg = cfg.model_copy(update={"vocab_size": sp.get_piece_size()})
+    return LanguageTokenizer(sp, vocab, cfg=cfg)
+
+
 def is_many_language(tokenizer: Tokenizer) -> bool:
     """Whether the tokenizer knows language tokens (a model of many directions)."""
     return bool(getattr(tokenizer, "languages", None))
@@ -247,11 +273,21 @@ def check_languages(
     return src, tgt
 
 
-def encode_sources(tokenizer: Tokenizer, texts: list[str], lang: str) -> list[list[int]]:
-    """Source ids of texts in `lang` (only a many-language model's ids depend on it)."""
+def encode_sources(
+    tokenizer: Tokenizer, texts: list[str], lang: str, tgt_lang: str | None = None
+) -> list[list[int]]:
+    """Source ids of texts in `lang` to translate into `tgt_lang` (only a many-language model's
+    ids depend on them)."""
     if is_many_language(tokenizer):
-        return tokenizer.encode_src(texts, lang)
+        return tokenizer.encode_src(texts, lang, tgt_lang)
     return tokenizer.encode_src(texts)
+
+
+def encode_targets(tokenizer: Tokenizer, texts: list[str], lang: str) -> list[list[int]]:
+    """Target ids of texts in `lang`, for training (led by its token when that is forced)."""
+    if is_many_language(tokenizer):
+        return tokenizer.encode_tgt(texts, lang)
+    return tokenizer.encode_tgt(texts)
 
 
 def forced_first_token(tokenizer: Tokenizer, lang: str) -> int | None:

@@ -44,6 +44,8 @@ DATA_ORDER_KEYS = (
     "data.max_len",
     "data.max_len_ratio",
     "data.dedup",
+    "data.pairs",
+    "data.temperature",
     "train.max_tokens",
     "train.update_freq",
     "train.seed",
@@ -155,7 +157,11 @@ def same_tokenizer(cfg: Config) -> bool:
     except UserError:
         return False
     now = resolved(cfg)
-    return saved.tokenizer == now.tokenizer and saved.data.train == now.data.train
+    corpora = [(p.src_lang, p.tgt_lang, p.train) for p in now.data.pairs] or [now.data.train]
+    saved_corpora = [(p.src_lang, p.tgt_lang, p.train) for p in saved.data.pairs] or [
+        saved.data.train
+    ]
+    return saved.tokenizer == now.tokenizer and saved_corpora == corpora
 
 
 # What a fine-tuning config may set differently from the run it starts from: regularisation,
@@ -211,13 +217,18 @@ def config_for_init(cfg: Config, init_run: Path) -> tuple[Config, InitFrom]:
 
 
 def copy_tokenizer(init: InitFrom, cfg: Config) -> None:
-    """Put the tokenizer of the run `init` names into the new run's directory."""
-    for path in tokenizer_files(init.run_dir, cfg.tokenizer):
+    """Put the tokenizer of the run `init` names into the new run's directory: the files it
+    loads from and any beside them (an import's Hugging Face tokenizer files, which export
+    writes back)."""
+    needed = tokenizer_files(init.run_dir, cfg.tokenizer)
+    for path in needed:
         if not path.is_file():
             raise UserError(f"--init-from {init.run_dir}: tokenizer file missing: {path}")
-        target = Path(cfg.run_dir) / path.relative_to(init.run_dir)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(path, target)
+    for path in sorted({*needed[0].parent.iterdir(), *needed}):
+        if path.is_file():
+            target = Path(cfg.run_dir) / path.relative_to(init.run_dir)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
 
 
 @dataclass

@@ -244,7 +244,12 @@ def load_run_tokenizer(run_dir: Path, cfg: TokenizerConfig) -> Tokenizer:
         return load_language_tokenizer(Path(run_dir) / TOKENIZER_DIR, cfg)
     if cfg.layout == "marian":
         return load_marian_tokenizer(Path(run_dir) / TOKENIZER_DIR, SpecialIds.of(cfg), cfg.joint)
-    return load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
+    tokenizer = load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
+    if cfg.languages:  # trained here for several pairs: its language tags are atomic pieces
+        from .multilingual import tagged_tokenizer
+
+        return tagged_tokenizer(tokenizer.src, cfg)
+    return tokenizer
 
 
 def load_tokenizer(run_dir: Path, joint: bool, ids: SpecialIds = DEFAULT_IDS) -> Tokenizer:
@@ -365,7 +370,7 @@ def train_tokenizer(
     else:
         _train(cfg, iter(src_texts), src_path, threads)
         _train(cfg, iter(tgt_texts), tgt_path, threads)
-    return load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
+    return load_run_tokenizer(run_dir, cfg)
 
 
 def _chain(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:
@@ -375,6 +380,7 @@ def _chain(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:
 
 def _train(cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int) -> None:
     # Train into a temporary prefix and move into place, so a crash never leaves half a model.
+    langs = cfg.languages
     with tempfile.TemporaryDirectory(prefix=".spm-train-", dir=out.parent) as tmp:
         prefix = os.path.join(tmp, "spm")
         try:
@@ -394,6 +400,8 @@ def _train(cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int) 
                 unk_id=cfg.unk_id,
                 num_threads=threads,
                 minloglevel=2,
+                # Language tags (data.pairs) are single pieces, with the ids the config gave.
+                user_defined_symbols=[f">>{c}<<" for c in sorted(langs, key=langs.get)],
             )
         except RuntimeError as e:
             raise UserError(f"SentencePiece training failed: {e}") from None

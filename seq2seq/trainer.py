@@ -110,7 +110,7 @@ def _train(
 class _Loop:
     """The state a training run carries from update to update."""
 
-    def __init__(self, training: Training, translate: Callable[[list[str]], list[str]]):
+    def __init__(self, training: Training, translate: Callable[..., list[str]]):
         t = self.training = training
         self.cfg, self.tc, self.run_dir = t.cfg, t.cfg.train, Path(t.cfg.run_dir)
         self.model, self.net = t.model, t.net
@@ -210,7 +210,13 @@ class _Loop:
         st, tc, info = self.state, self.tc, self.info
         while tc.max_epochs is None or st.epoch < tc.max_epochs:
             batches = epoch_batches(
-                self.src_lens, self.tgt_lens, max_tokens=tc.max_tokens, seed=tc.seed, epoch=st.epoch
+                self.src_lens,
+                self.tgt_lens,
+                max_tokens=tc.max_tokens,
+                seed=tc.seed,
+                epoch=st.epoch,
+                parts=[p.rows for p in self.data.train_parts],
+                temperature=self.cfg.data.temperature,
             )
             needed = info.world_size * tc.update_freq
             if len(batches) < needed:

@@ -81,9 +81,17 @@ class Translator:
         given, defaults = (src_lang, tgt_lang), (self.src_lang, self.tgt_lang)
         return check_languages(self.tokenizer, given, defaults)
 
-    def translate(self, lines: list[str], constraints: list[list[str]] | None = None) -> list[str]:
+    def translate(
+        self,
+        lines: list[str],
+        constraints: list[list[str]] | None = None,
+        *,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
+    ) -> list[str]:
         """The best translation of each line; empty (or blank) lines give empty outputs."""
-        return [best[0][0] for best in self.translate_nbest(lines, constraints)]
+        sources = self.prepare(lines, constraints=constraints, src_lang=src_lang, tgt_lang=tgt_lang)
+        return [best[0][0] for best in self.translate_sources(sources)]
 
     def translate_nbest(
         self, lines: list[str], constraints: list[list[str]] | None = None
@@ -135,7 +143,7 @@ class Translator:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
         wanted: list[list[tuple[tuple[int, ...], ...]]] = [[] for _ in lines]
-        for i, seq, found in zip(owner, self._encode(segments, owner, src_lang), terms):
+        for i, seq, found in zip(owner, self._encode(segments, owner, (src_lang, tgt_lang)), terms):
             pieces[i].append(tuple(seq))
             where = f"input line {i + 1}"
             wanted[i].append(
@@ -172,10 +180,12 @@ class Translator:
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def _encode(self, segments: list[str], owner: list[int], src_lang: str) -> list[list[int]]:
+    def _encode(
+        self, segments: list[str], owner: list[int], langs: tuple[str, str]
+    ) -> list[list[int]]:
         """Source ids of each segment, cut to the model's maximum (`owner`: input line
-        indices, for the warning)."""
-        ids = encode_sources(self.tokenizer, segments, src_lang) if segments else []
+        indices, for the warning; `langs`: source and target language)."""
+        ids = encode_sources(self.tokenizer, segments, *langs) if segments else []
         for j, seq in enumerate(ids):
             if len(seq) > self.max_src_len:
                 log.warning(

@@ -16,7 +16,7 @@ import torch
 
 from .batching import iterate, token_budget_batches
 from .checkpoint import average_last, checkpoint_dir, list_checkpoints, load_weights, save_best
-from .data import Prepared, lengths
+from .data import Part, Prepared, lengths
 from .loss import label_smoothed_loss
 from .runlog import MetricsLog
 from .tokenizer import DEFAULT_IDS, SpecialIds
@@ -36,7 +36,7 @@ class Validator:
         tc,
         device: torch.device,
         autocast: Callable[[], AbstractContextManager],
-        translate: Callable[[list[str]], list[str]],
+        translate: Callable[..., list[str]],  # (texts, *, src_lang, tgt_lang) → outputs
         run_dir: Path,
         metrics: MetricsLog,
     ):
@@ -118,12 +118,27 @@ class Validator:
             autocast=self.autocast,
             ids=self.data.tokenizer.ids,
         )
-        n = min(tc.valid_bleu_sentences, len(valid))
-        if n:
-            rows = valid.select(range(n))
-            hyps = self.translate(rows["src"])
-            metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [rows["tgt"]]).score
+        hyps, refs = [], []
+        for part, rows in bleu_rows(self.data, tc.valid_bleu_sentences):
+            hyps += self.translate(rows["src"], src_lang=part.src_lang, tgt_lang=part.tgt_lang)
+            refs += rows["tgt"]
+        if hyps:
+            metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
         return metrics
+
+
+def bleu_rows(data: Prepared, n: int) -> list[tuple[Part, datasets.Dataset]]:
+    """The valid rows BLEU is taken on: the first `n`, shared out evenly between directions."""
+    valid = data.valid
+    parts = data.valid_parts or [Part("", "", len(valid))]
+    each = -(-n // len(parts))
+    out, start = [], 0
+    for part in parts:
+        take = min(each, part.rows)
+        if take:
+            out.append((part, valid.select(range(start, start + take))))
+        start += part.rows
+    return out
 
 
 def _beats_best(state: TrainState, metrics: dict[str, float]) -> bool:

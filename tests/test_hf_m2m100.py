@@ -21,9 +21,11 @@ from typer.testing import CliRunner
 from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.cli import app
 from seq2seq.config import load_run_config
+from seq2seq.data import prepare_data
 from seq2seq.errors import UserError
 from seq2seq.search import decode
 from seq2seq.translator import load_translator
+from tests.conftest import write_parallel
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 warnings.filterwarnings("ignore", message=".*sacremoses.*")
@@ -473,3 +475,42 @@ def test_nllb_legacy_behaviour_puts_the_source_language_after_eos(tmp_path, sent
         expected = hf_tok(SENTENCES).input_ids
         assert all(ids[-2:] == [2, hf_tok.convert_tokens_to_ids(lang)] for ids in expected)
         assert ours.encode_src(SENTENCES, lang) == expected
+
+
+def test_init_from_an_imported_run_fine_tunes_one_pair_with_its_tags_and_exports_back(
+    imported, tmp_path, demo_pairs
+):
+    family, model, tok, run = imported
+    src_lang, _, others = FAMILIES[family]
+    tgt_lang = others[0]  # a direction the import did not default to
+    src, tgt = write_parallel(tmp_path, "ft", demo_pairs[:120])
+    config = tmp_path / "ft.yaml"
+    config.write_text(
+        f"run_dir: {tmp_path / 'ft'}\n"
+        f"data: {{src_lang: {src_lang}, tgt_lang: {tgt_lang}, max_len: 40,\n"
+        f"  train: {{src: {src}, tgt: {tgt}}}, valid: {{src: {src}, tgt: {tgt}, max_pairs: 8}}}}\n"
+        "train: {max_tokens: 400, max_steps: 3, lr: 1.0e-3, warmup_steps: 1, save_every: 1, "
+        "eval_every: 3, valid_bleu_sentences: 4, threads: 1, tensorboard: false}\n"
+        f"decode: {{beam_size: 1, max_len_a: 0.0, max_len_b: {CAP}}}\n"
+    )
+    cli("--quiet", "train", "-c", config, "--init-from", run)
+    tuned = tmp_path / "ft"
+    cfg = load_run_config(tuned)
+    assert cfg.tokenizer == load_run_config(run).tokenizer  # the import's ids and rules
+    data = prepare_data(cfg, reuse_tokenizer=True)
+    languages = cfg.tokenizer.languages
+    first_src = data.train[0]["src_ids"]
+    tag_at = 0 if cfg.tokenizer.source_language == "prefix" else -1
+    assert first_src[tag_at] == languages[src_lang]  # the source language's token…
+    assert {row[0] for row in data.train["tgt_ids"]} == {languages[tgt_lang]}  # …and the target's
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    cli("--quiet", "export", "--run", tuned, "--format", "hf", tmp_path / "out")
+    again = transformers.M2M100ForConditionalGeneration.from_pretrained(tmp_path / "out").eval()
+    changed = [
+        k for k, v in again.state_dict().items() if k in before and not torch.equal(v, before[k])
+    ]
+    assert changed  # three updates moved the weights
+    tok_again = transformers.AutoTokenizer.from_pretrained(tmp_path / "out")
+    tr, _ = load_translator(tuned, device="cpu")
+    ours = tr.translate(SENTENCES)  # the run's direction: src_lang → tgt_lang
+    assert ours == _hf_texts(again, tok_again, family, tgt_lang, SENTENCES)
