@@ -150,9 +150,9 @@ def test_local_corpus_configs_name_existing_files(name, monkeypatch):
     """Local paths are relative to the working directory: the repository root."""
     monkeypatch.chdir(REPO)
     cfg = load_config(REPO / "configs" / name)
-    files = [
-        f for split in (cfg.data.train, cfg.data.valid) if split for f in split.files().values()
-    ]
+    corpora = [cfg.data.train, cfg.data.valid]
+    corpora += [c for pair in cfg.data.pairs for c in (pair.train, pair.valid)]
+    files = [f for split in corpora if split for f in split.files().values()]
     shared = [f for f in files if f.parts[:2] == ("..", "shared")]
     if not shared:
         pytest.skip("no files under ../shared")
