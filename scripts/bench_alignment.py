@@ -9,7 +9,8 @@ Steps (each may be run alone; `all` runs them in order; files go to --work):
 - `reference`: eflomal (Östling & Tiedemann 2016; IBM1+HMM+fertility, Gibbs sampling) aligns the
   valid split and the train split together (lowercased whitespace words, as the model's words),
   both directions, symmetrised with grow-diag-final-and; the first 2,000 pairs (the 1,000 valid
-  pairs, then the first 1,000 train pairs) are the reference.
+  pairs, then the first 1,000 train pairs) are the reference; `train.align` holds the whole
+  train split's, for training a guided-alignment head (`train.alignment`).
 - `align`: each reference pair's French side is teacher-forced through the model; every decoder
   layer's head-averaged cross-attention (and all layers' average) gives word pairs as
   `translate --alignments` makes them (`alignment.word_alignment`), compared with eflomal's:
@@ -82,11 +83,14 @@ def step_reference(args) -> None:
     cmd += ["-t", "all.fr", "-f", "fwd.txt", "-r", "rev.txt", "--overwrite", "--n-samplers", "2"]
     start = time.time()
     subprocess.run(cmd, cwd=work, env=env, check=True)
-    fwd, rev = read(work / "fwd.txt")[:EVAL_PAIRS], read(work / "rev.txt")[:EVAL_PAIRS]
+    fwd, rev = read(work / "fwd.txt"), read(work / "rev.txt")
     gdfa = [grow_diag_final_and(parse_links(a), parse_links(b)) for a, b in zip(fwd, rev)]
-    inter = [parse_links(a) & parse_links(b) for a, b in zip(fwd, rev)]
-    write_links(work / "reference.gdfa", gdfa)
+    inter = [parse_links(a) & parse_links(b) for a, b in zip(fwd[:EVAL_PAIRS], rev[:EVAL_PAIRS])]
+    write_links(work / "reference.gdfa", gdfa[:EVAL_PAIRS])
     write_links(work / "reference.inter", inter)
+    # The train split's own, line-aligned with train.en/fr: data.train.alignments for a run
+    # with train.alignment (guided alignment).
+    write_links(work / "train.align", gdfa[len(read(data / "valid.en")) :])
     print(f"eflomal on {len(en)} pairs: {time.time() - start:.0f} s")
 
 

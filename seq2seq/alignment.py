@@ -28,9 +28,8 @@ from .batching import pad, padding_mask
 from .errors import UserError
 from .model import Transformer
 from .search import Hypothesis, length_penalty
-from .tokenizer import SpecialIds
+from .tokenizer import SpecialIds, word_starts
 
-WORD_START = "▁"
 # None: every decoder layer's attention, averaged. Chosen on /work/bench/enfr12 by
 # scripts/bench_alignment.py (benchmarks/RESULTS-align.md): it agreed best with eflomal.
 DEFAULT_LAYER = None
@@ -45,6 +44,7 @@ class Annotation:
     layer: int | None = (
         DEFAULT_LAYER  # decoder layer that aligns (negative: from the top; None: all)
     )
+    head: int | None = None  # that layer's head that aligns (None: all, averaged)
 
 
 @dataclass
@@ -65,21 +65,6 @@ class Replayed:
 
     attention: torch.Tensor | None
     log_probs: list[float] | None
-
-
-def word_starts(pieces: list[str], specials: set[str]) -> list[int]:
-    """The word index of each piece (-1 for special pieces such as EOS)."""
-    out, word = [], -1
-    for i, piece in enumerate(pieces):
-        if piece in specials:
-            out.append(-1)
-            continue
-        # A bare `▁` (before punctuation, say) starts the word its next piece completes.
-        after_bare = i > 0 and pieces[i - 1] == WORD_START
-        if word < 0 or (piece.startswith(WORD_START) and not after_bare):
-            word += 1
-        out.append(word)
-    return out
 
 
 def word_attention(
@@ -162,11 +147,12 @@ def replay(
     log_probs: bool,
     special: SpecialIds,
     memory: torch.Tensor | None = None,
+    head: int | None = None,
 ) -> list[Replayed]:
     """Teacher-force each target (ids with EOS) on its padded source row: the cross-attention of
-    the decoder `layers` (negative: from the top), averaged over their heads and them (none: no
-    attention), and, with `log_probs`, each target id's log-probability. `memory`: the batch's
-    encoder output, if the search kept it."""
+    the decoder `layers` (negative: from the top), averaged over their heads (or only `head`'s)
+    and them (none: no attention), and, with `log_probs`, each target id's log-probability.
+    `memory`: the batch's encoder output, if the search kept it."""
     n_layers = len(model.decoder_layers)
     for layer in layers:
         if not -n_layers <= layer < n_layers:
@@ -184,7 +170,8 @@ def replay(
             x = block(x, memory, src_mask, None)
             continue
         x, captured = _layer_with_attention(block, x, memory, src_mask)
-        heads = captured.float().mean(dim=1) / len(chosen)  # [B, T, S]
+        picked = captured.float().mean(dim=1) if head is None else captured[:, head].float()
+        heads = picked / len(chosen)  # [B, T, S]
         weights = heads if weights is None else weights + heads
     weights = None if weights is None else weights.cpu()
     token_lp = None
@@ -257,12 +244,15 @@ def replay_segments(
         else nullcontext()
     )
     n_layers = len(translator.model.decoder_layers)
-    if annotation.layer is not None and not -n_layers <= annotation.layer < n_layers:
+    layer, head = annotation.layer, annotation.head
+    if layer is None and translator.guided_head is not None:
+        layer, head = translator.guided_head  # the head trained to align, unless told otherwise
+    if layer is not None and not -n_layers <= layer < n_layers:
         raise UserError(
-            f"alignment layer {annotation.layer}: the model has {n_layers} decoder layers "
+            f"alignment layer {layer}: the model has {n_layers} decoder layers "
             f"(0 to {n_layers - 1}, or -1 to -{n_layers} from the top)"
         )
-    every = list(range(n_layers)) if annotation.layer is None else [annotation.layer]
+    every = list(range(n_layers)) if layer is None else [layer]
     layers = every if annotation.alignments else []
     was_training = translator.model.training
     translator.model.eval()
@@ -276,6 +266,7 @@ def replay_segments(
                     src,
                     tgt,
                     layers=layers,
+                    head=head,
                     log_probs=annotation.token_probs,
                     special=special,
                     memory=(kept or {}).get(_batch_key(src)),

@@ -28,6 +28,8 @@ class Batch:
     tgt_out: torch.Tensor  # [B, T] target + EOS: what it must predict (PAD where padded)
     src_mask: torch.Tensor  # [B, S] key-padding mask for encoder and cross-attention
     pad_id: int = PAD_ID
+    # [N, 3] (row, target position, source position) piece links, for guided alignment.
+    align: torch.Tensor | None = None
 
     @property
     def ntokens(self) -> int:
@@ -36,14 +38,15 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         non_blocking = device.type == "cuda"
-        moved = (t.to(device, non_blocking=non_blocking) for t in self._tensors())
-        return Batch(*moved, pad_id=self.pad_id)
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> Batch:
-        return Batch(*(t.pin_memory() for t in self._tensors()), pad_id=self.pad_id)
+        return self._map(lambda t: t.pin_memory())
 
-    def _tensors(self) -> tuple[torch.Tensor, ...]:
-        return (self.src, self.tgt_in, self.tgt_out, self.src_mask)
+    def _map(self, fn) -> Batch:
+        tensors = (self.src, self.tgt_in, self.tgt_out, self.src_mask)
+        align = None if self.align is None else fn(self.align)
+        return Batch(*(fn(t) for t in tensors), pad_id=self.pad_id, align=align)
 
 
 def pad(
@@ -88,12 +91,25 @@ def collate(
     src_ids: Sequence[Sequence[int]],
     tgt_ids: Sequence[Sequence[int]],
     ids: SpecialIds = DEFAULT_IDS,
+    links: Sequence[Sequence[int]] | None = None,
 ) -> Batch:
-    """Pad a list of (EOS-terminated source, bare target) pairs into a Batch."""
+    """Pad a list of (EOS-terminated source, bare target) pairs into a Batch; `links`: each
+    pair's flat [source piece, target piece, …] alignment, for guided alignment."""
     src = pad(src_ids, pad_id=ids.pad)
     tgt_in = pad(tgt_ids, prefix=ids.start, pad_id=ids.pad)
     tgt_out = pad(tgt_ids, suffix=ids.eos, pad_id=ids.pad)
-    return Batch(src, tgt_in, tgt_out, padding_mask(src, ids.pad), ids.pad)
+    align = None if links is None else alignment_rows(links)
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, ids.pad), ids.pad, align)
+
+
+def alignment_rows(links: Sequence[Sequence[int]]) -> torch.Tensor:
+    """[N, 3] (row, target position, source position) from each row's flat [s, t, s, t, …]."""
+    rows = [
+        (row, flat[i + 1], flat[i])
+        for row, flat in enumerate(links)
+        for i in range(0, len(flat), 2)
+    ]
+    return torch.tensor(rows, dtype=torch.int64).view(-1, 3)
 
 
 def token_budget_batches(
@@ -191,7 +207,7 @@ def iterate(
 
 def _collate_rows(dataset, idx: np.ndarray, ids: SpecialIds) -> Batch:
     rows = dataset[idx.tolist()]
-    return collate(rows["src_ids"], rows["tgt_ids"], ids)
+    return collate(rows["src_ids"], rows["tgt_ids"], ids, rows.get("align"))
 
 
 # Each batch gathers rows from all over the corpus, and the kernel maps 64 KiB around every row

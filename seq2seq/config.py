@@ -45,6 +45,12 @@ class CorpusConfig(_Strict):
     max_pairs: PositiveInt | None = Field(
         None, description="Keep only the first N pairs (after `skip_pairs`)."
     )
+    alignments: Path | None = Field(
+        None,
+        description="Word alignments of src/tgt, line-aligned with them: Pharaoh `i-j` pairs "
+        "(source word i, target word j, whitespace words from 0), as fast_align or eflomal "
+        "write them; what `train.alignment` trains its head on.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_source(self) -> CorpusConfig:
@@ -60,11 +66,13 @@ class CorpusConfig(_Strict):
             )
         if self.hub is None and (self.hub_config or self.split):
             raise ValueError("`hub_config` and `split` only apply to a `hub` corpus")
+        if self.alignments is not None and self.src is None:
+            raise ValueError("`alignments` go with `src` + `tgt` files")
         return self
 
     def files(self) -> dict[str, Path]:
         """The local files this corpus reads, by key."""
-        keys = ("src", "tgt", "tsv", "jsonl")
+        keys = ("src", "tgt", "alignments", "tsv", "jsonl")
         return {k: getattr(self, k) for k in keys if getattr(self, k) is not None}
 
     def describe(self) -> str:
@@ -269,6 +277,23 @@ class ModelConfig(_Strict):
         return self
 
 
+class AlignmentConfig(_Strict):
+    """Guided alignment (Garg et al. 2019): one cross-attention head learns external word
+    alignments beside translation, and `--alignments` reads them from it."""
+
+    layer: int = Field(
+        -2, description="Decoder layer of the head (negative: from the top; -2 as Garg et al.)."
+    )
+    head: Annotated[int, Field(ge=0)] = Field(
+        0, description="Which head of that layer's cross-attention."
+    )
+    weight: Annotated[float, Field(gt=0.0)] = Field(
+        0.05,
+        description="λ: the alignment loss's weight beside the translation loss (per target "
+        "token, both; fairseq's default).",
+    )
+
+
 class TrainConfig(_Strict):
     """Optimisation, schedule, validation and checkpointing."""
 
@@ -317,6 +342,11 @@ class TrainConfig(_Strict):
         description="Keep an exponential moving average of the weights with this decay (e.g. "
         "0.999) and hand it on: validation, the best checkpoint and every checkpoint's weights "
         "are the average; the raw weights ride in the trainer state for --resume (null: off).",
+    )
+    alignment: AlignmentConfig | None = Field(
+        None,
+        description="Train one cross-attention head on the word alignments of "
+        "`data.train.alignments` (guided alignment); null: off.",
     )
     valid_bleu_sentences: Annotated[int, Field(ge=0)] = Field(
         500, description="Validation sentences decoded for BLEU at each evaluation (0: none)."
@@ -422,6 +452,25 @@ class Config(_Strict):
             missing = [c for c in codes if c not in tok.languages]
             if missing:
                 raise ValueError(f"data.pairs: the tokenizer has no language {missing}")
+        return self
+
+    @model_validator(mode="after")
+    def _alignment_fits(self) -> Config:
+        a, d = self.train.alignment, self.data
+        corpora = [p.train for p in d.pairs] or ([d.train] if d.train is not None else [])
+        if a is None:
+            return self
+        if not all(c.alignments is not None for c in corpora):
+            raise ValueError(
+                "train.alignment needs data.train.alignments (each pair's, with pairs)"
+            )
+        n = self.model.decoder_layers
+        if not -n <= a.layer < n:
+            raise ValueError(f"train.alignment.layer {a.layer}: the decoder has {n} layers")
+        if a.head >= self.model.heads:
+            raise ValueError(
+                f"train.alignment.head {a.head}: the model has {self.model.heads} heads"
+            )
         return self
 
     @model_validator(mode="after")
@@ -556,7 +605,7 @@ def resolved(cfg: Config) -> Config:
     for corpus in corpora:
         if corpus is None:
             continue
-        for key in ("src", "tgt", "tsv", "jsonl"):
+        for key in ("src", "tgt", "alignments", "tsv", "jsonl"):
             if corpus[key] is not None:
                 corpus[key] = Path(corpus[key]).resolve()
     return Config.model_validate(data)

@@ -8,6 +8,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -21,11 +22,19 @@ from .config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from .errors import UserError
 from .files import atomic_write_text
 from .multilingual import encode_sources, encode_targets
-from .tokenizer import Tokenizer, load_run_tokenizer, tokenizer_files, train_tokenizer
+from .tokenizer import (
+    Tokenizer,
+    load_run_tokenizer,
+    tokenizer_files,
+    train_tokenizer,
+    word_starts,
+)
 
 log = logging.getLogger(__name__)
 
 FEATURES = datasets.Features({"src": datasets.Value("string"), "tgt": datasets.Value("string")})
+# With word alignments (guided alignment): each pair's Pharaoh line beside it.
+ALIGNED_FEATURES = datasets.Features({**FEATURES, "align": datasets.Value("string")})
 # Rows per Arrow record batch in the cache files. Opening a memory-mapped file reads every
 # batch's header, and each read maps ~64 KiB around it: fewer, larger batches keep that small.
 WRITER_BATCH_SIZE = 20_000
@@ -46,7 +55,7 @@ def load_corpus(spec: CorpusConfig, src_lang: str, tgt_lang: str) -> datasets.Da
         try:
             ds = datasets.Dataset.from_generator(
                 reader,
-                features=FEATURES,
+                features=ALIGNED_FEATURES if spec.alignments is not None else FEATURES,
                 gen_kwargs={"paths": paths, "src_lang": src_lang, "tgt_lang": tgt_lang},
                 fingerprint=_content_fingerprint(paths, src_lang, tgt_lang),
                 writer_batch_size=WRITER_BATCH_SIZE,
@@ -100,26 +109,22 @@ def _count_rest(f, counted: int) -> int:
 
 
 def _read_aligned(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
-    src_path, tgt_path = paths
-    with open(src_path, "rb") as fs, open(tgt_path, "rb") as ft:
+    """Pairs from line-aligned src and tgt files (and the word alignments' file, if given)."""
+    keys = ("src", "tgt", "align")[: len(paths)]
+    with ExitStack() as stack:
+        files = [stack.enter_context(open(p, "rb")) for p in paths]
         n = 0
         while True:
-            a, b = fs.readline(), ft.readline()
-            if not a or not b:
-                if a or b:
-                    # One file ended early: count both fully so the message names both lengths.
-                    n_src = _count_rest(fs, n + bool(a))
-                    n_tgt = _count_rest(ft, n + bool(b))
-                    raise UserError(
-                        f"parallel files differ in length: {src_path} has {n_src} lines, "
-                        f"{tgt_path} has {n_tgt}"
-                    )
+            lines = [f.readline() for f in files]
+            if not all(lines):
+                if any(lines):
+                    # One file ended early: count all fully so the message names every length.
+                    counts = [_count_rest(f, n + bool(raw)) for f, raw in zip(files, lines)]
+                    sizes = ", ".join(f"{p} has {c} lines" for p, c in zip(paths, counts))
+                    raise UserError(f"parallel files differ in length: {sizes}")
                 return
             n += 1
-            yield {
-                "src": decode_line(a, src_path, n).strip(),
-                "tgt": decode_line(b, tgt_path, n).strip(),
-            }
+            yield {k: decode_line(raw, p, n).strip() for k, raw, p in zip(keys, lines, paths)}
 
 
 def _read_tsv(paths: tuple[str, ...], src_lang: str, tgt_lang: str) -> Iterator[dict[str, str]]:
@@ -290,15 +295,17 @@ class _EncodeAndFilter:
         if self.repeats is not None:
             at = np.asarray(indices, dtype=np.int64)
             repeat = ((self.repeats[at >> 3] >> (7 - (at & 7))) & 1).astype(bool)
-        pairs = []
+        pairs, links = [], []
         empty = duplicates = 0
-        for s, t, r in zip(batch["src"], batch["tgt"], repeat):
+        aligns = batch.get("align") or [None] * len(indices)
+        for s, t, r, a, at in zip(batch["src"], batch["tgt"], repeat, aligns, indices):
             if not s or not t:
                 empty += 1
             elif r:
                 duplicates += 1
             else:
                 pairs.append((s, t))
+                links.append(None if a is None else word_links(a, at))
         src_text = [s for s, _ in pairs]
         tgt_text = [t for _, t in pairs]
         src = encode_sources(self._tok, src_text, *self.langs)
@@ -320,7 +327,7 @@ class _EncodeAndFilter:
         tally = Path(self.tally_dir) / f"{os.getpid()}.tally"
         with open(tally, "a", encoding="utf-8") as f:
             f.write(f"{len(indices)} {empty} {duplicates} {too_long} {ratio}\n")
-        return {
+        out = {
             "src": [src_text[i] for i in keep],
             "tgt": [tgt_text[i] for i in keep],
             "src_ids": [src[i] for i in keep],
@@ -328,6 +335,45 @@ class _EncodeAndFilter:
             "src_len": [len(src[i]) for i in keep],
             "tgt_len": [len(tgt[i]) + 1 for i in keep],
         }
+        if "align" in batch:
+            out["align"] = [piece_links(self._tok, links[i], src[i], tgt[i]) for i in keep]
+        return out
+
+
+def word_links(line: str, index: int) -> list[tuple[int, int]]:
+    """(source word, target word) pairs of a Pharaoh line, or one error naming the pair."""
+    try:
+        links = [tuple(int(w) for w in item.split("-")) for item in line.split()]
+    except ValueError:
+        links = [()]
+    if not all(len(link) == 2 and min(link) >= 0 for link in links):
+        raise UserError(
+            f"alignments, pair {index + 1}: {line[:60]!r} is not Pharaoh `i-j` word pairs"
+        )
+    return links
+
+
+def piece_links(
+    tok: Tokenizer, links: list[tuple[int, int]], src: list[int], tgt: list[int]
+) -> list[int]:
+    """Word links as piece links, flat [source piece, target piece, …]: every piece of a source
+    word with every piece of the target word it aligns to (links past either side's words, as
+    another tokenization's may be, are left out). Target pieces count from the first one after
+    the decoder's start, so a link's target position is where that piece is predicted."""
+    special = {tok.ids.eos, tok.ids.pad, tok.ids.start, *getattr(tok, "languages", {}).values()}
+
+    def pieces_of(ids: list[int], pieces: list[str]) -> dict[int, list[int]]:
+        words = word_starts([p if i not in special else "" for i, p in zip(ids, pieces)], {""})
+        by_word: dict[int, list[int]] = {}
+        for at, word in enumerate(words):
+            if word >= 0:
+                by_word.setdefault(word, []).append(at)
+        return by_word
+
+    src_at, tgt_at = pieces_of(src, tok.src_pieces(src)), pieces_of(tgt, tok.tgt_pieces(tgt))
+    return [
+        p for i, j in links for t in tgt_at.get(j, ()) for s in src_at.get(i, ()) for p in (s, t)
+    ]
 
 
 def _read_tally(tally_dir: Path) -> tuple[int, ...]:
@@ -339,6 +385,7 @@ def _read_tally(tally_dir: Path) -> tuple[int, ...]:
     return tuple(totals)
 
 
+ALIGN_FEATURE = datasets.List(datasets.Value("int32"))  # flat [source piece, target piece, …]
 TOKEN_FEATURES = datasets.Features(
     {
         "src": datasets.Value("string"),
@@ -387,6 +434,10 @@ def tokenize(
             tally_dir=tally_dir,
         )
 
+        features = TOKEN_FEATURES
+        if "align" in ds.column_names:
+            features = datasets.Features({**TOKEN_FEATURES, "align": ALIGN_FEATURE})
+
         def run(from_cache: bool) -> datasets.Dataset:
             return ds.map(
                 encode,
@@ -395,7 +446,7 @@ def tokenize(
                 batch_size=2000,
                 num_proc=num_proc if num_proc > 1 else None,
                 remove_columns=ds.column_names,
-                features=TOKEN_FEATURES,
+                features=features,
                 new_fingerprint=key,
                 writer_batch_size=WRITER_BATCH_SIZE,
                 load_from_cache_file=None if from_cache else False,

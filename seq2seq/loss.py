@@ -121,16 +121,28 @@ def linear_cross_entropy(
 
 
 class TranslationLoss(nn.Module):
-    """The training objective of a Transformer: summed label-smoothed CE over real target tokens.
+    """The training objective of a Transformer: summed label-smoothed CE over real target tokens,
+    plus, with guided alignment (`alignment`: a train.alignment config), its weighted loss.
 
     Wrapping the model in this module lets DDP and `torch.compile` see the whole computation,
     loss included, as one `forward`.
     """
 
-    def __init__(self, model: Transformer, smoothing: float):
+    def __init__(self, model: Transformer, smoothing: float, alignment=None):
         super().__init__()
         self.model, self.smoothing = model, smoothing
         self.pad_id = model.pad_id
+        self.alignment = alignment
+        self._seen: list[tuple] = []
+        self._recording = False
+        if alignment is not None:
+            block = model.decoder_layers[alignment.layer % len(model.decoder_layers)]
+            # The head's queries are the cross-attention's own input (after the pre-norm).
+            block.cross_attn.register_forward_hook(self._keep_inputs)
+
+    def _keep_inputs(self, module, args, out) -> None:
+        if self._recording:  # only inside this forward, never in validation or decoding
+            self._seen.append(args)
 
     def forward(
         self,
@@ -138,11 +150,46 @@ class TranslationLoss(nn.Module):
         tgt_in: torch.Tensor,
         tgt_out: torch.Tensor,
         src_mask: torch.Tensor,
+        align: torch.Tensor | None = None,
     ) -> torch.Tensor:
         memory = self.model.encode(src, src_mask)
-        # Causal-only self-attention: padded target positions may see padding, but they are
-        # dropped below, and real positions never see a later (padded) key.
-        states = self.model.decoder_states(tgt_in, memory, src_mask, None)
+        self._recording = align is not None and self.alignment is not None
+        try:
+            # Causal-only self-attention: padded target positions may see padding, but they
+            # are dropped below, and real positions never see a later (padded) key.
+            states = self.model.decoder_states(tgt_in, memory, src_mask, None)
+        finally:
+            self._recording = False
         real = tgt_out != self.pad_id  # padded positions cost nothing in the output layer
         weight, bias = self.model.output_layer()
-        return linear_cross_entropy(states[real], weight, tgt_out[real], self.smoothing, bias=bias)
+        loss = linear_cross_entropy(states[real], weight, tgt_out[real], self.smoothing, bias=bias)
+        if self.alignment is None or align is None:
+            return loss
+        h, _, memory = self._seen.pop()[:3]
+        self._seen.clear()
+        attn = self.model.decoder_layers[self.alignment.layer].cross_attn
+        probs = head_attention(attn, h, memory, src_mask, self.alignment.head)
+        return loss + self.alignment.weight * alignment_loss(probs, align)
+
+
+def head_attention(
+    attn, h: torch.Tensor, memory: torch.Tensor, src_mask: torch.Tensor, head: int
+) -> torch.Tensor:
+    """One head's cross-attention weights [B, T, S] (§3.2.1), from its rows of the projections
+    alone: the layer's own output is computed as always, by the fused kernel."""
+    d = attn.d_model // attn.heads
+    rows = slice(head * d, (head + 1) * d)  # keys are kv_proj's first d_model rows
+    q = F.linear(h, attn.q_proj.weight[rows], attn.q_proj.bias[rows])
+    k = F.linear(memory, attn.kv_proj.weight[rows], attn.kv_proj.bias[rows])
+    scores = (q @ k.transpose(1, 2)).float() / d**0.5
+    return scores.masked_fill(~src_mask[:, None, :], float("-inf")).softmax(dim=-1)
+
+
+def alignment_loss(probs: torch.Tensor, align: torch.Tensor) -> torch.Tensor:
+    """Garg et al. 2019 §3: summed cross-entropy between each aligned target piece's attention
+    [B, T, S] and the uniform distribution over the source pieces it aligns to. `align` holds
+    (row, target position, source position) links."""
+    b, t, s = align.unbind(1)
+    key = b * probs.size(1) + t
+    links = torch.bincount(key, minlength=probs.size(0) * probs.size(1))[key]
+    return -(probs[b, t, s].clamp_min(1e-9).log() / links).sum()

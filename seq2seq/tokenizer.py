@@ -26,6 +26,24 @@ MARIAN_TARGET_VOCAB = "target_vocab.json"
 _LANGUAGE_CODE = re.compile(r">>.*?<<", re.DOTALL)  # at the start of a chunk, as HF
 
 
+WORD_START = "▁"  # SentencePiece's mark of a piece that begins a word
+
+
+def word_starts(pieces: list[str], specials: set[str]) -> list[int]:
+    """The word index of each piece (-1 for special pieces such as EOS)."""
+    out, word = [], -1
+    for i, piece in enumerate(pieces):
+        if piece in specials:
+            out.append(-1)
+            continue
+        # A bare `▁` (before punctuation, say) starts the word its next piece completes.
+        after_bare = i > 0 and pieces[i - 1] == WORD_START
+        if word < 0 or (piece.startswith(WORD_START) and not after_bare):
+            word += 1
+        out.append(word)
+    return out
+
+
 @dataclass(frozen=True)
 class SpecialIds:
     """The ids a vocabulary reserves, handed to whatever builds or reads id sequences."""

@@ -128,7 +128,8 @@ class _Loop:
             metrics=t.metrics,
         )
         self.src_lens, self.tgt_lens = lengths(t.data.train)  # tgt_len: target tokens + EOS
-        self.token_ds = t.data.train.select_columns(["src_ids", "tgt_ids"])
+        wanted = ["src_ids", "tgt_ids"] + (["align"] if self.tc.alignment is not None else [])
+        self.token_ds = t.data.train.select_columns(wanted)
         cuda = t.device.type == "cuda"
         self.workers = self.tc.num_workers if self.tc.num_workers is not None else int(cuda)
         self.pin = cuda
@@ -388,7 +389,7 @@ def accumulate_gradients(
         with nullcontext() if last or not ddp else net.no_sync():
             batch = batch.to(device)
             with autocast():
-                loss_sum = net(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask)
+                loss_sum = net(batch.src, batch.tgt_in, batch.tgt_out, batch.src_mask, batch.align)
             # Spoiled on purpose: under DDP the all-reduce spreads the NaN to every process, so
             # all of them see a non-finite gradient norm and skip the update together.
             spoil = torch.where(torch.isfinite(loss_sum.detach()), 1.0, math.nan)

@@ -233,7 +233,7 @@ def _open_metrics(run: RunStart, state: TrainState) -> MetricsLog:
 def _objective(model: torch.nn.Module, run: RunStart) -> torch.nn.Module:
     """Model + fused output layer and loss as one forward: what DDP and compile wrap."""
     tc, info, device = run.cfg.train, run.info, run.device
-    net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing)
+    net: torch.nn.Module = TranslationLoss(model, tc.label_smoothing, tc.alignment)
     if info.enabled:
         # Gradients as views into DDP's all-reduce buckets: one copy of the gradients a
         # process instead of two, and no copy between them (kept views: see _Loop._zero_grad).

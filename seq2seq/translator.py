@@ -69,6 +69,8 @@ class Translator:
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_src_len = model.cfg.max_positions
         self.glossary: Glossary | None = None  # terms every line is checked for, if any
+        # (decoder layer, head) trained on word alignments (train.alignment), if one was.
+        self.guided_head: tuple[int, int] | None = None
 
     def set_languages(self, src_lang: str | None = None, tgt_lang: str | None = None) -> None:
         """Translate from and into these languages from now on (checked: one clear error)."""
@@ -378,4 +380,7 @@ def load_translator(
         src_lang=data.src_lang,
         tgt_lang=data.tgt_lang,
     )
+    guided = run.config.train.alignment
+    if guided is not None:
+        translator.guided_head = (guided.layer, guided.head)
     return translator, run.checkpoint
