@@ -611,9 +611,7 @@ def _open_tokenizer(
     if reuse and have:
         log.info("tokenizer: reusing %s", files[0].parent)
         return load_run_tokenizer(run_dir, cfg.tokenizer)
-    described = ", ".join(
-        x.train.describe() for x in (_directions(cfg.data) if cfg.data.pairs else [cfg.data])
-    )
+    described = ", ".join(x.train.describe() for x in _directions(cfg.data))
     log.info("tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, described)
     return train_tokenizer(
         cfg.tokenizer,
