@@ -210,15 +210,7 @@ class _Loop:
         over them. Batches are a pure function of the lengths, so no process need ask."""
         st, tc, info = self.state, self.tc, self.info
         while tc.max_epochs is None or st.epoch < tc.max_epochs:
-            batches = epoch_batches(
-                self.src_lens,
-                self.tgt_lens,
-                max_tokens=tc.max_tokens,
-                seed=tc.seed,
-                epoch=st.epoch,
-                parts=[p.rows for p in self.data.train_parts],
-                temperature=self.cfg.data.temperature,
-            )
+            batches = _epoch_batches(self.training, self.src_lens, self.tgt_lens, st.epoch)
             needed = info.world_size * tc.update_freq
             if len(batches) < needed:
                 raise UserError(
@@ -362,6 +354,19 @@ class _Loop:
             return
         with self.training.ema.applied(self.model) as raw:
             yield raw
+
+
+def _epoch_batches(t: Training, src_lens, tgt_lens, epoch: int) -> list:
+    """One epoch's batches, directions mixed as data.pairs and data.temperature say."""
+    return epoch_batches(
+        src_lens,
+        tgt_lens,
+        max_tokens=t.cfg.train.max_tokens,
+        seed=t.cfg.train.seed,
+        epoch=epoch,
+        parts=[p.rows for p in t.data.train_parts],
+        temperature=t.cfg.data.temperature,
+    )
 
 
 def accumulate_gradients(
