@@ -106,9 +106,11 @@ def eval_pairs(args) -> tuple[list[str], list[str], list[set]]:
     return en, fr, ref
 
 
-def model_alignments(translator, en, fr, layers: list[int], shift: bool) -> list[set | None]:
-    """Word pairs of each (source, reference) pair from one layer's cross-attention; None where
-    the pieces do not give the line's whitespace words."""
+def model_alignments(
+    translator, en, fr, layers: list[int], shift: bool, head: int | None = None
+) -> list[set | None]:
+    """Word pairs of each (source, reference) pair from one layer's cross-attention (its heads
+    averaged, or only `head`); None where the pieces do not give the line's whitespace words."""
     tok, special = translator.tokenizer, translator.tokenizer.ids
     specials = set(tok.tgt_pieces([special.eos, special.pad]))
     src_ids, tgt_ids = tok.encode_src(en), tok.encode_tgt(fr)
@@ -126,6 +128,7 @@ def model_alignments(translator, en, fr, layers: list[int], shift: bool) -> list
             layers=layers,
             log_probs=False,
             special=special,
+            head=head,
         )
         for j, r in zip(chunk, found):
             src_words = word_starts(tok.src_pieces(src_ids[j]), specials)
@@ -158,15 +161,19 @@ def step_align(args) -> dict:
     en, fr, ref = eval_pairs(args)
     results = []
     n_layers = len(translator.model.decoder_layers)
-    for layers in [[i] for i in range(n_layers)] + [list(range(n_layers))]:
-        for shift in (False, True):
-            model = model_alignments(translator, en, fr, layers, shift)
-            row = {"layers": layers, "shift": shift}
-            row["all"] = agreement(model, ref, range(len(en)))
-            row["valid"] = agreement(model, ref, range(VALID_PAIRS))
-            row["train"] = agreement(model, ref, range(VALID_PAIRS, len(en)))
-            print(json.dumps(row))
-            results.append(row)
+    every = [[i] for i in range(n_layers)] + [list(range(n_layers))]
+    settings = [(layers, shift, None) for layers in every for shift in (False, True)]
+    if translator.guided_head is not None:  # a run trained with train.alignment: its head
+        layer, head = translator.guided_head
+        settings.append(([layer % n_layers], False, head))
+    for layers, shift, head in settings:
+        model = model_alignments(translator, en, fr, layers, shift, head)
+        row = {"layers": layers, "shift": shift, "head": head}
+        row["all"] = agreement(model, ref, range(len(en)))
+        row["valid"] = agreement(model, ref, range(VALID_PAIRS))
+        row["train"] = agreement(model, ref, range(VALID_PAIRS, len(en)))
+        print(json.dumps(row))
+        results.append(row)
     return {"align": results}
 
 
