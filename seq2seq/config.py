@@ -331,11 +331,18 @@ class TrainConfig(_Strict):
     eval_every: PositiveInt = Field(1000, description="Steps between validations.")
     save_every: PositiveInt = Field(1000, description="Steps between checkpoints.")
     keep_last: PositiveInt = Field(5, description="Step checkpoints kept on disk.")
-    average_last: Annotated[int, Field(ge=0)] = Field(
+    average_last: Annotated[int, Field(ge=0)] | list[PositiveInt] = Field(
         0,
         description="At the end, average the last N step checkpoints (§6.1) into "
-        "checkpoints/average.safetensors and validate it; it becomes the best checkpoint when it "
-        "scores better (0: off; needs keep_last ≥ N).",
+        "checkpoints/average_lastN.safetensors and score it; it becomes the best checkpoint when "
+        "it scores better (0: off; a list, e.g. [3, 6], tries each; needs keep_last ≥ N).",
+    )
+    final_choice: Literal["validation", "beam"] = Field(
+        "validation",
+        description="How the end of training picks the weights to ship. `validation`: an average "
+        "must beat the best checkpoint on the validation score. `beam`: the best checkpoint, the "
+        "last step and each average are decoded with the run's `decode` settings (beam, α) on "
+        "the whole valid set, and the highest BLEU becomes the best checkpoint.",
     )
     ema_decay: Annotated[float, Field(gt=0.0, lt=1.0)] | None = Field(
         None,
@@ -367,11 +374,18 @@ class TrainConfig(_Strict):
         True, description="Also write TensorBoard scalars (when tensorboard is installed)."
     )
 
+    @property
+    def averages(self) -> list[int]:
+        """The numbers of last checkpoints to average at the end, smallest first."""
+        n = self.average_last
+        return sorted(set(n)) if isinstance(n, list) else [n] if n else []
+
     @model_validator(mode="after")
     def _average_fits_kept(self) -> TrainConfig:
-        if self.average_last > self.keep_last:
+        most = max(self.averages, default=0)
+        if most > self.keep_last:
             raise ValueError(
-                f"average_last ({self.average_last}) needs keep_last ≥ {self.average_last} "
+                f"average_last ({most}) needs keep_last ≥ {most} "
                 f"(it is {self.keep_last}): the checkpoints to average must still be on disk"
             )
         return self

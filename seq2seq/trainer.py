@@ -91,18 +91,23 @@ def _train(
     )
     model = build_model(cfg.model, run.data.tokenizer).to(device)
     training = set_up(run, model)
-    # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost.
+    # Validation BLEU is a trend to watch, so greedy: a fraction of beam search's cost. The
+    # final choice (train.final_choice: beam) decodes as `evaluate` will.
     greedy = cfg.decode.model_copy(update={"beam_size": 1, "nbest": 1})
-    translator = Translator(
-        model,
-        run.data.tokenizer,
-        greedy,
-        device,
-        amp_dtype=run.amp_dtype,
-        src_lang=cfg.data.src_lang,
-        tgt_lang=cfg.data.tgt_lang,
+    final = cfg.decode.model_copy(update={"nbest": 1})
+    greedy_translator, final_translator = (
+        Translator(
+            model,
+            run.data.tokenizer,
+            decode,
+            device,
+            amp_dtype=run.amp_dtype,
+            src_lang=cfg.data.src_lang,
+            tgt_lang=cfg.data.tgt_lang,
+        )
+        for decode in (greedy, final)
     )
-    loop = _Loop(training, translator.translate)
+    loop = _Loop(training, greedy_translator.translate, final_translator.translate)
     loop.run(progress)
     return loop.state
 
@@ -110,7 +115,12 @@ def _train(
 class _Loop:
     """The state a training run carries from update to update."""
 
-    def __init__(self, training: Training, translate: Callable[..., list[str]]):
+    def __init__(
+        self,
+        training: Training,
+        translate: Callable[..., list[str]],
+        translate_final: Callable[..., list[str]],
+    ):
         t = self.training = training
         self.cfg, self.tc, self.run_dir = t.cfg, t.cfg.train, Path(t.cfg.run_dir)
         self.model, self.net = t.model, t.net
@@ -126,6 +136,7 @@ class _Loop:
             translate=translate,
             run_dir=self.run_dir,
             metrics=t.metrics,
+            translate_final=translate_final,
         )
         self.src_lens, self.tgt_lens = lengths(t.data.train)  # tgt_len: target tokens + EOS
         wanted = ["src_ids", "tgt_ids"] + (["align"] if self.tc.alignment is not None else [])
@@ -200,7 +211,8 @@ class _Loop:
             self._validate()
         if self._last_save_step != st.step:
             self._save()
-        if tc.average_last and elastic.on_main(lambda: self.validator.average(st), self.info):
+        finishing = tc.averages or tc.final_choice == "beam"
+        if finishing and elastic.on_main(lambda: self.validator.finish(st), self.info):
             self._save()  # again: the step's saved state must know the new best, for --resume
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 

@@ -13,6 +13,7 @@ from typing import Any
 import datasets
 import sacrebleu
 import torch
+from safetensors.torch import load_file
 
 from .batching import iterate, token_budget_batches
 from .checkpoint import average_last, checkpoint_dir, list_checkpoints, load_weights, save_best
@@ -39,9 +40,11 @@ class Validator:
         translate: Callable[..., list[str]],  # (texts, *, src_lang, tgt_lang) → outputs
         run_dir: Path,
         metrics: MetricsLog,
+        translate_final: Callable[..., list[str]] | None = None,  # the run's decode settings
     ):
         self.model, self.data, self.tc, self.device = model, data, tc, device
         self.autocast, self.translate = autocast, translate
+        self.translate_final = translate_final or translate
         self.run_dir, self.metrics = Path(run_dir), metrics
 
     def validate(self, state: TrainState) -> bool:
@@ -62,20 +65,30 @@ class Validator:
             return True
         return False
 
-    def average(self, state: TrainState) -> bool:
-        """§6.1: the mean of the last checkpoints, a cheap ensemble. Written beside them, then
-        validated like any step; it replaces the best checkpoint only when it scores better
-        (True then)."""
-        n = min(self.tc.average_last, len(list_checkpoints(self.run_dir)))
-        if n < 2:
-            log.info("train.average_last: %d step checkpoint(s) on disk, nothing to average", n)
-            return False
-        path, steps = average_last(
-            self.run_dir, n, checkpoint_dir(self.run_dir) / "average.safetensors"
-        )
+    def finish(self, state: TrainState) -> bool:
+        """§6.1: average the last checkpoints (a cheap ensemble), then choose the weights to ship
+        as `train.final_choice` says; True when the training state changed (save it again)."""
+        averages = []
+        for n in self.tc.averages:
+            if n > len(list_checkpoints(self.run_dir)):
+                log.info("train.average_last: fewer than %d step checkpoints, not averaged", n)
+                continue
+            out = checkpoint_dir(self.run_dir) / f"average_last{n}.safetensors"
+            averages.append(average_last(self.run_dir, n, out))
         if self.data.valid is None:
-            log.info("averaged steps %s into %s (no valid set to score it)", steps, path)
+            for path, steps in averages:
+                log.info("averaged steps %s into %s (no valid set to score it)", steps, path)
             return False
+        if self.tc.final_choice == "beam":
+            self._choose_by_beam(state, averages)
+            return False  # the training state's best scores stay those of its validations
+        changed = False
+        for path, steps in averages:
+            changed = self._score_average(state, path, steps) or changed
+        return changed
+
+    def _score_average(self, state: TrainState, path: Path, steps: list[int]) -> bool:
+        """Validate an average like a step; it becomes the best checkpoint if it scores better."""
         trained = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         load_weights(self.model, path)
         try:
@@ -87,12 +100,58 @@ class Validator:
             "average of steps %d-%d (%d checkpoints): valid loss %.3f%s%s",
             steps[0],
             steps[-1],
-            n,
+            len(steps),
             metrics["loss"],
             _bleu(metrics),
             ": the new best checkpoint" if best else " (not better than the best; not used)",
         )
         return best
+
+    def _choose_by_beam(self, state: TrainState, averages: list[tuple[Path, list[int]]]) -> None:
+        """Decode the whole valid set as `evaluate` will (beam, α) with each candidate: the best
+        checkpoint so far, the last step and each average; the highest BLEU becomes the best
+        checkpoint. Greedy BLEU on a few sentences is a trend to watch, too coarse to pick the
+        weights to ship: at 30 minutes it preferred the last step where beam BLEU on the whole
+        dev part preferred an average, by 0.5-0.8 (benchmarks/RESULTS.md, issue 31)."""
+        best = checkpoint_dir(self.run_dir) / "best.safetensors"
+        trained = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        candidates: list[tuple[str, Path | None, dict[str, Any]]] = []
+        if best.is_file() and not _same_weights(best, trained):
+            candidates.append(("best checkpoint", best, {}))
+        candidates.append((f"step {state.step}", None, {}))  # the weights in the model now
+        for path, steps in averages:
+            name = f"average of steps {steps[0]}-{steps[-1]} ({len(steps)})"
+            candidates.append((name, path, {"averaged_steps": steps}))
+        scores = []
+        try:
+            for name, path, _ in candidates:
+                if path is None:
+                    self.model.load_state_dict(trained)
+                else:
+                    load_weights(self.model, path)
+                scores.append(self._bleu(self.translate_final, len(self.data.valid)))
+                log.info("final choice: %s, BLEU %.2f (beam, whole valid set)", name, scores[-1])
+            # On a tie the earlier candidate stays: the best checkpoint needs no rewriting.
+            chosen = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+            name, path, extra = candidates[chosen]
+            self.metrics.write(
+                state.step,
+                {
+                    "split": "final_choice",
+                    "bleu": dict(zip((c[0] for c in candidates), scores)),
+                    "chosen": name,
+                },
+            )
+            log.info("final choice: %s", name)
+            if path != best:
+                if path is None:
+                    self.model.load_state_dict(trained)
+                else:
+                    load_weights(self.model, path)
+                meta = {"final_choice": "beam", "beam_bleu": scores[chosen], **extra}
+                save_best(self.run_dir, state.step, self.model, meta)
+        finally:
+            self.model.load_state_dict(trained)
 
     def _score(
         self, state: TrainState, *, split: str, extra: dict[str, Any]
@@ -118,13 +177,17 @@ class Validator:
             autocast=self.autocast,
             ids=self.data.tokenizer.ids,
         )
-        hyps, refs = [], []
-        for part, rows in bleu_rows(self.data, tc.valid_bleu_sentences):
-            hyps += self.translate(rows["src"], src_lang=part.src_lang, tgt_lang=part.tgt_lang)
-            refs += rows["tgt"]
-        if hyps:
-            metrics["bleu"] = sacrebleu.corpus_bleu(hyps, [refs]).score
+        if tc.valid_bleu_sentences:
+            metrics["bleu"] = self._bleu(self.translate, tc.valid_bleu_sentences)
         return metrics
+
+    def _bleu(self, translate: Callable[..., list[str]], sentences: int) -> float:
+        """Corpus BLEU of `translate` on the first valid sentences, shared between directions."""
+        hyps, refs = [], []
+        for part, rows in bleu_rows(self.data, sentences):
+            hyps += translate(rows["src"], src_lang=part.src_lang, tgt_lang=part.tgt_lang)
+            refs += rows["tgt"]
+        return sacrebleu.corpus_bleu(hyps, [refs]).score
 
 
 def bleu_rows(data: Prepared, n: int) -> list[tuple[Part, datasets.Dataset]]:
@@ -139,6 +202,13 @@ def bleu_rows(data: Prepared, n: int) -> list[tuple[Part, datasets.Dataset]]:
             out.append((part, valid.select(range(start, start + take))))
         start += part.rows
     return out
+
+
+def _same_weights(path: Path, weights: dict[str, torch.Tensor]) -> bool:
+    """Whether a weights file holds exactly these tensors (the best checkpoint is often the
+    last step, and need not be decoded twice)."""
+    stored = load_file(str(path))  # tied tensors are stored once: a subset of the names
+    return all(k in weights and torch.equal(v, weights[k].cpu()) for k, v in stored.items())
 
 
 def _beats_best(state: TrainState, metrics: dict[str, float]) -> bool:

@@ -467,7 +467,7 @@ def test_the_last_checkpoints_are_averaged_and_validated_and_a_worse_average_is_
     train(cfg, progress=False)
     folder = cfg.run_dir / "checkpoints"
     steps = [load_file(str(folder / f"step_{s:08d}.safetensors")) for s in (8, 10, 12)]
-    average = load_file(str(folder / "average.safetensors"))
+    average = load_file(str(folder / "average_last3.safetensors"))
     for name, value in average.items():
         mean = sum(s[name].double() for s in steps) / 3
         assert torch.allclose(value.double(), mean, atol=1e-7), name
@@ -502,7 +502,7 @@ def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_kn
     folder = cfg.run_dir / "checkpoints"
     best = json.loads((folder / "best.json").read_text())
     assert best["averaged_steps"] == [8, 10, 12] and best["loss"] == 0.5
-    average = load_file(str(folder / "average.safetensors"))
+    average = load_file(str(folder / "average_last3.safetensors"))
     best_weights = load_file(str(folder / "best.safetensors"))
     assert all(torch.equal(best_weights[k], average[k]) for k in average)
     # The last step keeps its own trained weights, and its state the new best.
@@ -510,6 +510,92 @@ def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_kn
     trained = load_file(str(last.weights))
     assert not all(torch.equal(trained[k], average[k]) for k in average)
     assert load_state(last.state)["train"]["best_loss"] == 0.5
+
+
+def test_final_choice_by_beam_ships_the_candidate_with_the_highest_beam_bleu(
+    tmp_path, corpus, monkeypatch
+):
+    # The scores are set (the real decoding still runs): candidates are the best checkpoint,
+    # the last step, then the averages of the last 2 and 3; the average of 2 wins.
+    set_scores = iter([1.0, 2.0, 5.0, 3.0])
+    seen = []
+    real_bleu = validation.Validator._bleu
+
+    greedy = iter([30.0, 20.0, 10.0])  # the validations at steps 4, 8, 12: step 4 stays best
+
+    def bleu(self, translate, sentences):
+        real_bleu(self, translate, sentences)
+        if translate is self.translate:
+            return next(greedy)
+        seen.append((translate.__self__.decode.beam_size, sentences))
+        return next(set_scores)
+
+    monkeypatch.setattr(validation.Validator, "_bleu", bleu)
+    cfg = _config(
+        tmp_path,
+        corpus,
+        train={
+            "max_steps": 12,
+            "save_every": 2,
+            "keep_last": 3,
+            "average_last": [3, 2],
+            "final_choice": "beam",
+        },
+        decode={"beam_size": 3, "max_len_b": 5},
+    )
+    train(cfg, progress=False)
+    assert seen == [(3, 50)] * 4  # the run's beam, on every valid sentence
+    folder = cfg.run_dir / "checkpoints"
+    (record,) = _records(cfg.run_dir, "final_choice")
+    assert list(record["bleu"].values()) == [1.0, 2.0, 5.0, 3.0]
+    assert record["chosen"] == "average of steps 10-12 (2)"
+    best = json.loads((folder / "best.json").read_text())
+    assert best["averaged_steps"] == [10, 12] and best["beam_bleu"] == 5.0
+    average = load_file(str(folder / "average_last2.safetensors"))
+    best_weights = load_file(str(folder / "best.safetensors"))
+    assert all(torch.equal(best_weights[k], average[k]) for k in average)
+    # The model's own weights, and the last step's checkpoint, stay the trained ones.
+    trained = _weights(cfg.run_dir)
+    assert not all(torch.equal(trained[k], average[k]) for k in average)
+
+
+def test_final_choice_by_beam_keeps_the_best_checkpoint_when_nothing_beats_it(
+    tmp_path, corpus, monkeypatch
+):
+    monkeypatch.setattr(validation.Validator, "_bleu", lambda self, translate, n: 7.0)
+    cfg = _config(
+        tmp_path,
+        corpus,
+        train={"save_every": 2, "keep_last": 3, "average_last": 3, "final_choice": "beam"},
+    )
+    train(cfg, progress=False)
+    (record,) = _records(cfg.run_dir, "final_choice")
+    assert record["chosen"] == "best checkpoint"  # a tie keeps what is there, unwritten
+    best = json.loads((cfg.run_dir / "checkpoints" / "best.json").read_text())
+    assert "final_choice" not in best and best["step"] == 4  # step 8 tied it too
+
+
+def test_final_choice_decodes_the_best_checkpoint_once_when_it_is_the_last_step(
+    tmp_path, corpus, monkeypatch
+):
+    greedy = iter([10.0, 20.0])  # steps 4 and 8: the last step is the best checkpoint
+    names = []
+
+    def bleu(self, translate, sentences):
+        return next(greedy) if translate is self.translate else 1.0
+
+    real_write = validation.MetricsLog.write
+
+    def write(self, step, record):
+        if record.get("split") == "final_choice":
+            names.extend(record["bleu"])
+        return real_write(self, step, record)
+
+    monkeypatch.setattr(validation.Validator, "_bleu", bleu)
+    monkeypatch.setattr(validation.MetricsLog, "write", write)
+    train_section = {"save_every": 2, "keep_last": 3, "average_last": 3, "final_choice": "beam"}
+    train(_config(tmp_path, corpus, train=train_section), progress=False)
+    assert names == ["step 8", "average of steps 4-8 (3)"]
 
 
 def test_averaging_more_checkpoints_than_are_kept_is_a_config_error(tmp_path, corpus):
