@@ -68,11 +68,15 @@ class Validator:
     def finish(self, state: TrainState) -> bool:
         """§6.1: average the last checkpoints (a cheap ensemble), then choose the weights to ship
         as `train.final_choice` says; True when the training state changed (save it again)."""
+        on_disk = len(list_checkpoints(self.run_dir))
+        if self.tc.averages and on_disk < 2:
+            log.info(
+                "train.average_last: %d step checkpoint(s) on disk, nothing to average", on_disk
+            )
+        # A short run averages what it has: N is capped by the checkpoints on disk.
+        sizes = sorted({min(n, on_disk) for n in self.tc.averages} - {0, 1})
         averages = []
-        for n in self.tc.averages:
-            if n > len(list_checkpoints(self.run_dir)):
-                log.info("train.average_last: fewer than %d step checkpoints, not averaged", n)
-                continue
+        for n in sizes:
             out = checkpoint_dir(self.run_dir) / f"average_last{n}.safetensors"
             averages.append(average_last(self.run_dir, n, out))
         if self.data.valid is None:

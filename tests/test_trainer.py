@@ -598,6 +598,16 @@ def test_final_choice_decodes_the_best_checkpoint_once_when_it_is_the_last_step(
     assert names == ["step 8", "average of steps 4-8 (3)"]
 
 
+def test_a_run_shorter_than_the_average_averages_the_checkpoints_it_has(tmp_path, corpus):
+    train_section = {"max_steps": 4, "save_every": 2, "keep_last": 6, "average_last": [3, 6]}
+    cfg = _config(tmp_path, corpus, train={**train_section, "valid_bleu_sentences": 0})
+    train(cfg, progress=False)
+    folder = cfg.run_dir / "checkpoints"
+    assert sorted(p.name for p in folder.glob("average*")) == ["average_last2.safetensors"]
+    (scored,) = _records(cfg.run_dir, "valid_average")
+    assert scored["averaged_steps"] == [2, 4]
+
+
 def test_averaging_more_checkpoints_than_are_kept_is_a_config_error(tmp_path, corpus):
     with pytest.raises(ConfigError, match="average_last .* keep_last"):
         _config(tmp_path, corpus, train={"keep_last": 2, "average_last": 3})
