@@ -129,10 +129,7 @@ class Validator:
         scores = []
         try:
             for name, path, _ in candidates:
-                if path is None:
-                    self.model.load_state_dict(trained)
-                else:
-                    load_weights(self.model, path)
+                self._use(path, trained)
                 scores.append(self._bleu(self.translate_final, len(self.data.valid)))
                 log.info("final choice: %s, BLEU %.2f (beam, whole valid set)", name, scores[-1])
             # On a tie the earlier candidate stays: the best checkpoint needs no rewriting.
@@ -148,14 +145,18 @@ class Validator:
             )
             log.info("final choice: %s", name)
             if path != best:
-                if path is None:
-                    self.model.load_state_dict(trained)
-                else:
-                    load_weights(self.model, path)
+                self._use(path, trained)
                 meta = {"final_choice": "beam", "beam_bleu": scores[chosen], **extra}
                 save_best(self.run_dir, state.step, self.model, meta)
         finally:
             self.model.load_state_dict(trained)
+
+    def _use(self, path: Path | None, trained: dict[str, torch.Tensor]) -> None:
+        """Put a candidate's weights in the model: a file's, or (None) the trained ones."""
+        if path is None:
+            self.model.load_state_dict(trained)
+        else:
+            load_weights(self.model, path)
 
     def _score(
         self, state: TrainState, *, split: str, extra: dict[str, Any]
