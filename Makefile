@@ -12,6 +12,7 @@ test:
 
 lint:
 	ruff check seq2seq tests scripts
+	lint-imports
 
 demo:  ## generate the demo corpus, train, evaluate on the test split, translate a few lines
 	seq2seq demo-data data/demo

@@ -171,7 +171,7 @@ def main() -> None:
 
     baseline = args.out / "run01"
     if (baseline / "checkpoints").is_dir() and not args.no_decoding:
-        from seq2seq.checkpoint import average_last
+        from seq2seq.run.checkpoint import average_last
 
         def decode(row: tuple[str, int, float | None, int]) -> dict:
             name, beam, penalty, last = row

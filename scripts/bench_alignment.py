@@ -46,7 +46,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from seq2seq.alignment import (  # noqa: E402
+from seq2seq.data.batching import pad  # noqa: E402
+from seq2seq.decode.alignment import (  # noqa: E402
     Annotation,
     OutputFields,
     annotate,
@@ -56,9 +57,8 @@ from seq2seq.alignment import (  # noqa: E402
     word_alignment,
     word_starts,
 )
-from seq2seq.batching import pad  # noqa: E402
-from seq2seq.markup import parse, same_markup, translate_tagged  # noqa: E402
-from seq2seq.translator import load_translator  # noqa: E402
+from seq2seq.decode.markup import parse, same_markup, translate_tagged  # noqa: E402
+from seq2seq.decode.translator import load_translator  # noqa: E402
 
 EVAL_PAIRS = 2000
 VALID_PAIRS = 1000

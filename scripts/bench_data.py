@@ -87,9 +87,9 @@ class _AnonPeak:
 def stage(name: str, config: Path) -> dict:
     """Run one stage in this process and return its figures."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    from seq2seq.batching import epoch_batches, loader
     from seq2seq.config import load_config
-    from seq2seq.data import lengths, prepare_data
+    from seq2seq.data.batching import epoch_batches, loader
+    from seq2seq.data.corpus import lengths, prepare_data
 
     anon = _AnonPeak()
     cfg = load_config(config)

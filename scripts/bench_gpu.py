@@ -24,14 +24,14 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from seq2seq.batching import collate, token_budget_batches  # noqa: E402
 from seq2seq.config import ModelConfig, load_config  # noqa: E402
-from seq2seq.flops import peak_flops, training_flops  # noqa: E402
-from seq2seq.loss import TranslationLoss  # noqa: E402
-from seq2seq.model import Transformer  # noqa: E402
+from seq2seq.data.batching import collate, token_budget_batches  # noqa: E402
+from seq2seq.data.tokenizer import EOS_ID  # noqa: E402
+from seq2seq.model.flops import peak_flops, training_flops  # noqa: E402
+from seq2seq.model.transformer import Transformer  # noqa: E402
 from seq2seq.runtime import autocast_dtype, fast_math, resolve_device  # noqa: E402
-from seq2seq.tokenizer import EOS_ID  # noqa: E402
-from seq2seq.trainer import accumulate_gradients  # noqa: E402
+from seq2seq.train.loss import TranslationLoss  # noqa: E402
+from seq2seq.train.trainer import accumulate_gradients  # noqa: E402
 
 
 def synthetic_batches(vocab: int, max_tokens: int, count: int, seed: int = 0):

@@ -34,13 +34,13 @@ kind, path, setting = sys.argv[1:4]
 import ctypes, warnings
 warnings.filterwarnings("ignore")
 # Imports outside the delta (torch.ao's too): only the model counts.
-import seq2seq.translator, torch.ao.quantization, torch.ao.nn.quantized.dynamic
+import seq2seq.decode.translator, torch.ao.quantization, torch.ao.nn.quantized.dynamic
 if kind == "ct2":
     import ctranslate2
 before = rss()
 if kind == "seq2seq":
     from seq2seq.config import run_decode
-    t = seq2seq.translator.load_translator(
+    t = seq2seq.decode.translator.load_translator(
         path, device="cpu", decode=run_decode(path, quantize=setting)
     )
 else:

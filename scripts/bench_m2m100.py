@@ -111,7 +111,7 @@ def timed(fn, repeats: int) -> tuple[list[str], float]:
 
 def seq2seq_decode(run: Path, src: list[str], beam: int):
     from seq2seq.config import run_decode
-    from seq2seq.translator import load_translator
+    from seq2seq.decode.translator import load_translator
 
     decode = run_decode(run, beam_size=beam, length_penalty=1.0, split_sentences=False)
     tr, _ = load_translator(run, device="cpu", decode=decode)
@@ -255,7 +255,7 @@ def main() -> None:
     import ctranslate2
     import sacrebleu
 
-    from seq2seq.hf_m2m100 import import_hf
+    from seq2seq.interop.hf_m2m100 import import_hf
 
     src = (args.data / "valid.en").read_text("utf-8").splitlines()[: args.limit]
     refs = (args.data / "valid.fr").read_text("utf-8").splitlines()[: args.limit]

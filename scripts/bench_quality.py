@@ -245,7 +245,7 @@ def main() -> None:
     ours["final"] = evaluate_project(run, report, args.out / "eval" / "project", env)
     peer["final"] = evaluate_peer(Path(peer["model"]), spm, report, args.out / "eval" / "peer", env)
     curves: dict[str, list[tuple[float, float]]] = {"seq2seq": [], "hf-marian (peer)": []}
-    from seq2seq.checkpoint import list_checkpoints
+    from seq2seq.run.checkpoint import list_checkpoints
 
     saved = list_checkpoints(run)
     # The config's checkpoints are dense (it averages the last ones): the curve takes `points`.

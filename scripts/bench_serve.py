@@ -45,8 +45,8 @@ import json, sys, time
 from pathlib import Path
 from seq2seq.runtime import set_threads
 from seq2seq.config import run_decode
-from seq2seq.streams import translate_files
-from seq2seq.translator import load_translator
+from seq2seq.decode.streams import translate_files
+from seq2seq.decode.translator import load_translator
 run, beam, threads, src, out, repeats, group = sys.argv[1:8]
 set_threads(int(threads))
 decode = run_decode(Path(run), beam_size=int(beam))

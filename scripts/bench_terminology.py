@@ -33,9 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from seq2seq.config import load_run_config, with_changes  # noqa: E402
-from seq2seq.evaluate import score  # noqa: E402
-from seq2seq.glossary import term_use  # noqa: E402
-from seq2seq.translator import load_translator  # noqa: E402
+from seq2seq.decode.evaluate import score  # noqa: E402
+from seq2seq.decode.glossary import term_use  # noqa: E402
+from seq2seq.decode.translator import load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
 MIN_DICE, MIN_PAIRS = 0.3, 3

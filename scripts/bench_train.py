@@ -26,9 +26,9 @@ from benchlib import REPO, bench_env, require_peers, train_peer, train_project
 def padding_of(run: Path, max_tokens: int) -> float:
     """Padding share of all source and target positions in the project's epoch-0 batches."""
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-    from seq2seq.batching import epoch_batches
     from seq2seq.config import load_run_config
-    from seq2seq.data import lengths, load_corpus, tokenize
+    from seq2seq.data.batching import epoch_batches
+    from seq2seq.data.corpus import lengths, load_corpus, tokenize
 
     cfg = load_run_config(run)
     raw = load_corpus(cfg.data.train, cfg.data.src_lang, cfg.data.tgt_lang)

@@ -106,8 +106,8 @@ def decode_exported_ct2(
         print("ctranslate2 is not installed here: no row for the exported model", file=sys.stderr)
         return None
 
-    from seq2seq.export import export_ctranslate2
-    from seq2seq.translator import load_translator
+    from seq2seq.decode.translator import load_translator
+    from seq2seq.interop.ctranslate2 import export_ctranslate2
 
     folder = out / "seq2seq-ct2"
     if export or not (folder / "model.bin").is_file():
@@ -177,7 +177,7 @@ def decode_project(
 
     torch.set_num_threads(threads)
     from seq2seq.config import run_decode
-    from seq2seq.translator import load_translator
+    from seq2seq.decode.translator import load_translator
 
     def wait() -> None:
         if device != "cpu":
@@ -272,7 +272,7 @@ def opus_mt_layout(model: Path, spm_model: Path, out: Path) -> Path:
     SentencePiece id (the ids the peer trained on) and <pad> to the id after them."""
     import sentencepiece as spm
 
-    from seq2seq.tokenizer import MARIAN_FILES
+    from seq2seq.data.tokenizer import MARIAN_FILES
 
     if all((model / name).is_file() for name in MARIAN_FILES):
         return model
@@ -409,7 +409,7 @@ def main() -> None:
     )
     # The peer's own weights imported and decoded by the project: the same weights as the two
     # peer rows, so the three compare directly.
-    from seq2seq.hf_marian import import_hf_marian
+    from seq2seq.interop.hf_marian import import_hf_marian
 
     imported = args.out / "peer-imported"
     if imported.exists():

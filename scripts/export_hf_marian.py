@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a clone, uninstalled
 
 from seq2seq.errors import UserError  # noqa: E402
-from seq2seq.hf_marian import export_hf_marian  # noqa: E402
+from seq2seq.interop.hf_marian import export_hf_marian  # noqa: E402
 
 
 def main() -> None:

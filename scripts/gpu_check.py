@@ -61,7 +61,7 @@ def corpus(data: Path | None, out: Path) -> Path:
     folder = out / "data"
     folder.mkdir(parents=True, exist_ok=True)
     if data is None:
-        from seq2seq.demo_corpus import write_demo_corpus
+        from seq2seq.data.demo_corpus import write_demo_corpus
 
         write_demo_corpus(folder, n_train=40_000, n_valid=1_000, n_test=0)
         return folder

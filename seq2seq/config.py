@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .errors import ConfigError, UserError
-from .files import atomic_write_text
+from seq2seq.errors import ConfigError, UserError
+from seq2seq.files import atomic_write_text
 
 PositiveInt = Annotated[int, Field(gt=0)]
 TokenId = Annotated[int, Field(ge=0)]

@@ -66,7 +66,7 @@ def child_failure_message(error) -> str:
 def train_in_fork(*argv: str) -> None:
     """One worker: `seq2seq ARGV` in a process forked from the agent, which has imported torch
     and the trainer already; those pages stay shared between the ranks of a machine."""
-    from .cli import main
+    from seq2seq.cli.app import main
 
     _default_signal_handlers()
     sys.argv = ["seq2seq", *argv]
@@ -119,7 +119,7 @@ def _forking(config_from_args):
             # Import once here: a forked worker shares these pages (torch's operator tables,
             # the modules' code) until it writes them; gc.freeze keeps the collector from
             # touching, and so copying, every object the imports made.
-            from . import trainer  # noqa: F401
+            from seq2seq.train import trainer  # noqa: F401
 
             gc.freeze()
             config.start_method = "fork"

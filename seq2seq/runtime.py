@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import UserError
+from seq2seq.errors import UserError
 
 
 def resolve_device(name: str) -> torch.device:

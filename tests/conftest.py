@@ -20,7 +20,7 @@ import torch  # noqa: E402
 import yaml  # noqa: E402
 
 from seq2seq.config import ModelConfig, load_config  # noqa: E402
-from seq2seq.demo_corpus import generate_pairs  # noqa: E402
+from seq2seq.data.demo_corpus import generate_pairs  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -116,7 +116,7 @@ def train_from(config: Path) -> Path:
     """Train in-process through `seq2seq train --config`; returns the run directory."""
     from typer.testing import CliRunner
 
-    from seq2seq.cli import app
+    from seq2seq.cli.app import app
 
     result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
     assert result.exit_code == 0, result.output

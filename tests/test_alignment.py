@@ -9,7 +9,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seq2seq.alignment import (
+from seq2seq.cli.app import app
+from seq2seq.data.batching import pad
+from seq2seq.decode.alignment import (
     Annotation,
     annotate,
     encoder_outputs_kept,
@@ -20,10 +22,8 @@ from seq2seq.alignment import (
     word_attention,
     word_starts,
 )
-from seq2seq.attention_plot import cross_attention_weights
-from seq2seq.batching import pad
-from seq2seq.cli import app
-from seq2seq.translator import load_translator
+from seq2seq.decode.translator import load_translator
+from seq2seq.model.cross_attention import cross_attention_weights
 
 LINES = ["I have three cats.", "", "We see two dogs. They sleep.", "The red car is fast."]
 

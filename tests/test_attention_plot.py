@@ -11,13 +11,13 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seq2seq.attention_plot import cross_attention_weights
-from seq2seq.batching import no_peek_mask, padding_mask
-from seq2seq.cli import app
+from seq2seq.cli.app import app
+from seq2seq.data.batching import no_peek_mask, padding_mask
+from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.errors import UserError
-from seq2seq.model import Transformer
-from seq2seq.plot import attention_cell_inches, plot_attention, plot_positions
-from seq2seq.tokenizer import load_tokenizer
+from seq2seq.model.cross_attention import cross_attention_weights
+from seq2seq.model.transformer import Transformer
+from seq2seq.report.plot import attention_cell_inches, plot_attention, plot_positions
 
 
 def _png_size(path) -> tuple[int, int]:

@@ -18,10 +18,10 @@ import torch
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from seq2seq.checkpoint import save_checkpoint
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import ModelConfig
-from seq2seq.model import Transformer
+from seq2seq.model.transformer import Transformer
+from seq2seq.run.checkpoint import save_checkpoint
 from tests.conftest import copy_run
 
 

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from seq2seq.batching import (
+from seq2seq.data.batching import (
     collate,
     epoch_batches,
     padding_ratio,
     release_arrow_pages,
     token_budget_batches,
 )
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 
 def _lengths(n: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -8,7 +8,9 @@ import pickle
 import pytest
 import torch
 
-from seq2seq.checkpoint import (
+from seq2seq.errors import UserError
+from seq2seq.model.transformer import Transformer
+from seq2seq.run.checkpoint import (
     average_last,
     average_weights,
     best_or_latest,
@@ -20,8 +22,6 @@ from seq2seq.checkpoint import (
     save_best,
     save_checkpoint,
 )
-from seq2seq.errors import UserError
-from seq2seq.model import Transformer
 
 
 def _model(cfg, vocab=50):

@@ -157,7 +157,7 @@ def test_help_lists_the_three_commands():
 def test_every_command_help_shows_a_runnable_example():
     from typer.main import get_command
 
-    from seq2seq.cli import app
+    from seq2seq.cli.app import app
 
     commands = get_command(app).commands
     assert {"train", "evaluate", "translate", "export", "info", "attention", "plot"} <= set(

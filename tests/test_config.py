@@ -132,7 +132,7 @@ def test_shipped_configs_dry_run_and_print_the_parameter_count(name, monkeypatch
     # pass from a fresh clone; test_local_corpus_configs_name_existing_files checks those files.
     from typer.testing import CliRunner
 
-    from seq2seq.cli import app
+    from seq2seq.cli.app import app
 
     monkeypatch.chdir(REPO)
     result = CliRunner().invoke(app, ["train", "--config", f"configs/{name}", "--dry-run"])

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.constrained import constrained_beam_search
-from seq2seq.model import Transformer
-from seq2seq.search import beam_search, decode, length_penalty
-from seq2seq.tokenizer import BOS_ID, EOS_ID
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.constrained import constrained_beam_search
+from seq2seq.decode.search import beam_search, decode, length_penalty
+from seq2seq.model.transformer import Transformer
 
 
 def _model(seed: int, vocab: int = 40, max_positions: int = 64) -> Transformer:

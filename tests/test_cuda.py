@@ -12,12 +12,12 @@ import warnings
 import pytest
 import torch
 
-from seq2seq.batching import collate, no_peek_mask, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.loss import TranslationLoss
-from seq2seq.model import Transformer
-from seq2seq.search import beam_search, greedy
-from seq2seq.trainer import accumulate_gradients
+from seq2seq.data.batching import collate, no_peek_mask, padding_mask
+from seq2seq.decode.search import beam_search, greedy
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.loss import TranslationLoss
+from seq2seq.train.trainer import accumulate_gradients
 
 from .conftest import train_tiny_run
 
@@ -189,7 +189,7 @@ def test_decoding_waits_for_the_device_at_most_once_a_step(beam):
 @pytest.mark.slow
 def test_greedy_outputs_in_bf16_equal_float32_on_a_trained_demo_model(tmp_path, demo_pairs):
     from seq2seq.config import run_decode
-    from seq2seq.translator import load_translator
+    from seq2seq.decode.translator import load_translator
 
     run = train_tiny_run(
         tmp_path,

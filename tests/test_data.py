@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from seq2seq import data
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import CorpusConfig, TokenizerConfig, validate_config
-from seq2seq.data import load_corpus, tokenize
+from seq2seq.data import corpus as data
+from seq2seq.data.corpus import load_corpus, tokenize
+from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.tokenizer import train_tokenizer
 
 from .conftest import write_parallel
 

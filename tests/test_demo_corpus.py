@@ -1,4 +1,4 @@
-"""Specification of the embedded English -> French demo corpus (seq2seq.demo_corpus)."""
+"""Specification of the embedded English -> French demo corpus (seq2seq.data.demo_corpus)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.demo_corpus import (
+from seq2seq.data.demo_corpus import (
     age_pair,
     bare_pair,
     birth_pair,
@@ -428,7 +428,7 @@ def test_generation_is_deterministic_per_seed() -> None:
 
 def test_generation_does_not_depend_on_hash_randomisation() -> None:
     code = (
-        "import hashlib; from seq2seq.demo_corpus import generate_pairs; "
+        "import hashlib; from seq2seq.data.demo_corpus import generate_pairs; "
         "print(hashlib.sha256(repr(generate_pairs(2000, 5)).encode()).hexdigest())"
     )
     root = str(Path(__file__).resolve().parents[1])

@@ -13,14 +13,15 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seq2seq import checkpoint, trainer
-from seq2seq.checkpoint import list_checkpoints, load_state, load_weights
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_config
+from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.files import atomic_write_stream
-from seq2seq.model import Transformer
-from seq2seq.tokenizer import load_tokenizer
-from seq2seq.trainer import train
+from seq2seq.model.transformer import Transformer
+from seq2seq.run import checkpoint
+from seq2seq.run.checkpoint import list_checkpoints, load_state, load_weights
+from seq2seq.train import trainer
+from seq2seq.train.trainer import train
 
 from .conftest import torchrun_train, write_parallel
 from .test_numerical_faults import _config_file
@@ -131,14 +132,14 @@ def test_a_full_disk_under_torch_save_is_reported_as_the_os_error(tmp_path, monk
 # Rank 0 writes the checkpoints; its disk is full from step 2 on.
 RANK0_DISK_FULL = """
 import errno, sys
-from seq2seq import checkpoint
+from seq2seq.run import checkpoint
 save = checkpoint.save_model
 def save_until_full(model, path, metadata=None):
     if metadata and metadata.get("step") == "2":
         raise OSError(errno.ENOSPC, "No space left on device")
     return save(model, path, metadata=metadata)
 checkpoint.save_model = save_until_full
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "--quiet", "train", *sys.argv[1:]]
 main()
 """

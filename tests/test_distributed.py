@@ -13,9 +13,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.batching import update_groups
-from seq2seq.distributed import Dist
+from seq2seq.data.batching import update_groups
 from seq2seq.errors import UserError
+from seq2seq.train.distributed import Dist
 
 from .conftest import write_parallel
 
@@ -40,13 +40,13 @@ train: {{max_tokens: 600, max_steps: 3, warmup_steps: 2, log_every: 1, eval_ever
 RUNNER = """
 import sys
 from safetensors.torch import save_model
-from seq2seq import trainer
+from seq2seq.train import trainer
 run = trainer._Loop.run
 def run_and_dump(self, progress=True):
     run(self, progress)
     save_model(self.model, f"{out}/rank{{self.info.rank}}.safetensors")
 trainer._Loop.run = run_and_dump
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()
 """
@@ -126,9 +126,9 @@ def test_two_processes_share_weights_and_match_one_process_on_both_batches(tmp_p
 
 def test_ranks_that_found_different_checkpoints_stop_with_one_clear_error(monkeypatch, tmp_path):
     # A lagging listing on one node gave that rank an older step; DDP hid it.
-    from seq2seq import distributed
-    from seq2seq.checkpoint import Checkpoint
-    from seq2seq.training_setup import agree_on_resume
+    from seq2seq.run.checkpoint import Checkpoint
+    from seq2seq.train import distributed
+    from seq2seq.train.setup import agree_on_resume
 
     mine = Checkpoint(400, tmp_path / "step_400.safetensors", tmp_path / "step_400.state.pt")
     monkeypatch.setattr(distributed, "gather", lambda value, info: [500, value])

@@ -8,7 +8,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
-from seq2seq.evaluate import describe_lengths, length_report, paired_bootstrap, score
+from seq2seq.decode.evaluate import describe_lengths, length_report, paired_bootstrap, score
 
 
 def _corpus(seed: int, n: int = 300):

@@ -6,9 +6,9 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import run_decode
-from seq2seq.translator import load_translator
+from seq2seq.decode.translator import load_translator
 
 from .conftest import train_from
 

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from seq2seq.config import ModelConfig
-from seq2seq.flops import peak_flops, training_flops
+from seq2seq.model.flops import peak_flops, training_flops
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from seq2seq.errors import UserError
-from seq2seq.glossary import (
+from seq2seq.decode.glossary import (
     MAX_CONSTRAINTS,
     check_terms,
     make_glossary,
@@ -13,6 +12,7 @@ from seq2seq.glossary import (
     read_glossary,
     term_ids,
 )
+from seq2seq.errors import UserError
 
 
 def test_a_glossary_file_maps_source_terms_to_target_terms(tmp_path):
@@ -63,7 +63,7 @@ def test_a_source_term_given_two_targets_is_an_error_naming_the_second_line(tmp_
 
 
 def test_an_oversized_glossary_is_one_clear_error(monkeypatch):
-    monkeypatch.setattr("seq2seq.glossary.MAX_GLOSSARY_PAIRS", 3)
+    monkeypatch.setattr("seq2seq.decode.glossary.MAX_GLOSSARY_PAIRS", 3)
     with pytest.raises(UserError, match="4 term pairs; at most 3"):
         make_glossary([(f"w{i}", f"m{i}") for i in range(4)])
 

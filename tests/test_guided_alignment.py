@@ -9,16 +9,16 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from seq2seq.alignment import replay
-from seq2seq.attention_plot import explicit_cross_attention
-from seq2seq.batching import pad, padding_mask
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import ModelConfig, load_config
-from seq2seq.data import piece_links
-from seq2seq.loss import alignment_loss, head_attention
-from seq2seq.model import Vocabulary, build_model
-from seq2seq.tokenizer import DEFAULT_IDS
-from seq2seq.translator import load_translator
+from seq2seq.data.batching import pad, padding_mask
+from seq2seq.data.corpus import piece_links
+from seq2seq.data.tokenizer import DEFAULT_IDS
+from seq2seq.decode.alignment import replay
+from seq2seq.decode.translator import load_translator
+from seq2seq.model.cross_attention import explicit_cross_attention
+from seq2seq.model.transformer import Vocabulary, build_model
+from seq2seq.train.loss import alignment_loss, head_attention
 from tests.conftest import TINY, write_parallel
 
 
@@ -103,8 +103,8 @@ def _config(folder, pairs, guided: bool, alignments: list[str] | None = None):
 def _diagonal_agreement(run, pairs) -> float:
     """Share of target words whose most attended source word (the trained head's, else every
     head's) is the same-numbered one, teacher-forced on the training pairs."""
-    from seq2seq.alignment import word_alignment
-    from seq2seq.tokenizer import word_starts
+    from seq2seq.data.tokenizer import word_starts
+    from seq2seq.decode.alignment import word_alignment
 
     tr, _ = load_translator(run, device="cpu")
     tok, special = tr.tokenizer, tr.tokenizer.ids

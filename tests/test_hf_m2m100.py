@@ -18,13 +18,13 @@ import sentencepiece as spm
 import torch
 from typer.testing import CliRunner
 
-from seq2seq.batching import no_peek_mask, pad, padding_mask
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_run_config
-from seq2seq.data import prepare_data
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.data.corpus import prepare_data
+from seq2seq.decode.search import decode
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
-from seq2seq.search import decode
-from seq2seq.translator import load_translator
 from tests.conftest import write_parallel
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")

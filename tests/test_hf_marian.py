@@ -22,13 +22,13 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from seq2seq.batching import no_peek_mask, pad, padding_mask
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_run_config, run_decode
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.decode.search import decode, greedy
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
-from seq2seq.hf_marian import import_hf_marian
-from seq2seq.search import decode, greedy
-from seq2seq.translator import load_translator
+from seq2seq.interop.hf_marian import import_hf_marian
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install 'seq2seq[hf]')"

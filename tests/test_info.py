@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from seq2seq.checkpoint import list_checkpoints, load_weights
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_run_config
-from seq2seq.info import best_validation
-from seq2seq.model import build_model, count_parameters
-from seq2seq.tokenizer import load_tokenizer
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.model.transformer import build_model, count_parameters
+from seq2seq.report.info import best_validation
+from seq2seq.run.checkpoint import list_checkpoints, load_weights
 from tests.conftest import copy_run
 
 

@@ -7,9 +7,9 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from seq2seq.checkpoint import best_or_latest, latest_checkpoint
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_run_config
+from seq2seq.run.checkpoint import best_or_latest, latest_checkpoint
 from tests.conftest import train_from, write_parallel
 
 

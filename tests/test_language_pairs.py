@@ -7,12 +7,12 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from seq2seq.batching import epoch_batches, sampling_probabilities
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_config, load_run_config
-from seq2seq.data import prepare_data
-from seq2seq.translator import load_translator
-from seq2seq.validation import bleu_rows
+from seq2seq.data.batching import epoch_batches, sampling_probabilities
+from seq2seq.data.corpus import prepare_data
+from seq2seq.decode.translator import load_translator
+from seq2seq.train.validation import bleu_rows
 from tests.conftest import TINY, write_parallel
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.batching import no_peek_mask, padding_mask
-from seq2seq.translator import load_translator
+from seq2seq.data.batching import no_peek_mask, padding_mask
+from seq2seq.decode.translator import load_translator
 
 LEGACY = Path(__file__).parent / "data" / "legacy_run"
 

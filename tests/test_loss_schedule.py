@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.batching import collate, no_peek_mask
-from seq2seq.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
-from seq2seq.model import Transformer
-from seq2seq.schedule import inverse_sqrt, inverse_sqrt_scheduler
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.data.batching import collate, no_peek_mask
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
+from seq2seq.train.schedule import inverse_sqrt, inverse_sqrt_scheduler
 
 
 def test_padding_positions_add_nothing_to_the_loss():

@@ -9,10 +9,10 @@ import random
 import pytest
 from typer.testing import CliRunner
 
-from seq2seq.alignment import Annotation
-from seq2seq.cli import app
-from seq2seq.markup import MalformedMarkup, parse, reinsert, same_markup, translate_tagged
-from seq2seq.translator import load_translator
+from seq2seq.cli.app import app
+from seq2seq.decode.alignment import Annotation
+from seq2seq.decode.markup import MalformedMarkup, parse, reinsert, same_markup, translate_tagged
+from seq2seq.decode.translator import load_translator
 
 TAGGED = [
     "Click <b>Save</b> to keep the <i>file</i>.",
@@ -109,7 +109,7 @@ def test_a_malformed_line_is_translated_as_text_with_a_warning(
     monkeypatch.setattr(logging.getLogger("seq2seq"), "propagate", True)
     translator, _ = load_translator(trained_tiny_run, device="cpu")
     lines = ["I have <b>three</b> cats.", "I have <b>three cats."]
-    with caplog.at_level(logging.WARNING, logger="seq2seq.markup"):
+    with caplog.at_level(logging.WARNING, logger="seq2seq.decode.markup"):
         found = translate_tagged(translator, lines, Annotation(alignments=True), "html")
     assert same_markup(lines[0], found[0].text)
     assert "line 2: malformed markup" in caplog.text

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from seq2seq.batching import no_peek_mask, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.model import Dropout, Residual, Transformer, sinusoidal_positions
-from seq2seq.tokenizer import PAD_ID
+from seq2seq.data.batching import no_peek_mask, padding_mask
+from seq2seq.data.tokenizer import PAD_ID
+from seq2seq.model.transformer import Dropout, Residual, Transformer, sinusoidal_positions
 
 VOCAB = 50
 
@@ -38,7 +38,7 @@ def test_positional_encoding_equals_the_papers_formula():
 def test_padded_keys_get_exactly_zero_attention_weight(tiny_model_config, monkeypatch):
     # Every attention call the model makes, with the mask the model itself built, is run again
     # with one-hot values: the output of that run *is* its weight matrix.
-    import seq2seq.model as model_module
+    import seq2seq.model.transformer as model_module
 
     real_attend, calls = model_module.attend, []
 

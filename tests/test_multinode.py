@@ -18,12 +18,12 @@ import torch
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from seq2seq import elastic
-from seq2seq.cli import app, tokens_per_update
+from seq2seq.cli.app import app, tokens_per_update
 from seq2seq.config import validate_config
-from seq2seq.data import prepare_data
-from seq2seq.distributed import Dist
+from seq2seq.data.corpus import prepare_data
 from seq2seq.errors import UserError
+from seq2seq.train import elastic
+from seq2seq.train.distributed import Dist
 
 from .conftest import write_parallel
 
@@ -49,7 +49,7 @@ train: {{max_tokens: 400, max_steps: {steps}, warmup_steps: 2, log_every: 1, eva
 RUNNER = """
 import os, signal, sys
 from safetensors.torch import save_model
-from seq2seq import trainer
+from seq2seq.train import trainer
 fault = os.environ.get("SEQ2SEQ_TEST_FAULT")
 first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
 run, update = trainer._Loop.run, trainer._Loop._update
@@ -67,7 +67,7 @@ def run_and_dump(self, progress=True):
     save_model(self.model, f"{out}/rank{{self.info.rank}}.safetensors")
 trainer._Loop._update = update_with_fault
 trainer._Loop.run = run_and_dump
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()
 """
@@ -457,7 +457,7 @@ def test_a_forked_worker_starts_with_default_signal_handlers(monkeypatch):
     # still preparing its data, a SIGTERM became a traceback instead of the agent's one line.
     import signal
 
-    import seq2seq.cli
+    import seq2seq.cli.app
     from seq2seq.launch import train_in_fork
 
     seen = {}
@@ -467,7 +467,7 @@ def test_a_forked_worker_starts_with_default_signal_handlers(monkeypatch):
         seen["int"] = signal.getsignal(signal.SIGINT)
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    monkeypatch.setattr(seq2seq.cli, "main", worker_main)
+    monkeypatch.setattr(seq2seq.cli.app, "main", worker_main)
     try:
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, lambda *_: None)

@@ -17,15 +17,15 @@ import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
-from seq2seq import training_setup
-from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import load_config
-from seq2seq.loss import TranslationLoss
-from seq2seq.model import Transformer
-from seq2seq.schedule import inverse_sqrt_scheduler
-from seq2seq.tokenizer import load_tokenizer
-from seq2seq.trainer import train
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.model.transformer import Transformer
+from seq2seq.run.checkpoint import latest_checkpoint, load_state, load_weights
+from seq2seq.train import setup as training_setup
+from seq2seq.train.loss import TranslationLoss
+from seq2seq.train.schedule import inverse_sqrt_scheduler
+from seq2seq.train.trainer import train
 
 from .conftest import torchrun_train, write_parallel
 
@@ -124,7 +124,7 @@ def _lrs(peak: float, warmup: int, steps: int) -> list[float]:
 def trainer_warnings(caplog, monkeypatch):
     # The CLI, run in-process by other tests, stops seq2seq's records from reaching caplog.
     monkeypatch.setattr(logging.getLogger("seq2seq"), "propagate", True)
-    caplog.set_level(logging.WARNING, logger="seq2seq.nonfinite")
+    caplog.set_level(logging.WARNING, logger="seq2seq.train.nonfinite")
     return caplog
 
 
@@ -228,14 +228,14 @@ def test_under_fp16_an_overflowing_gradient_is_the_scalers_business_and_a_nan_lo
 # Rank 1 alone sees NaN losses from its 3rd batch on; rank 0's losses stay finite.
 RANK1_NAN = """
 import itertools, os, sys
-from seq2seq.loss import TranslationLoss
+from seq2seq.train.loss import TranslationLoss
 forward, calls = TranslationLoss.forward, itertools.count(1)
 def spoiled(self, *batch):
     loss = forward(self, *batch)
     bad = os.environ["RANK"] == "1" and next(calls) >= 3
     return loss + float("nan") if bad else loss
 TranslationLoss.forward = spoiled
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "--quiet", "train", *sys.argv[1:]]
 main()
 """

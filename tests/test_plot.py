@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from seq2seq.errors import UserError
-from seq2seq.plot import plot_curves
+from seq2seq.report.plot import plot_curves
 
 
 def _png_size(path) -> tuple[int, int]:

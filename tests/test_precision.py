@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from seq2seq.batching import collate, no_peek_mask, padding_mask
 from seq2seq.config import ModelConfig
-from seq2seq.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
-from seq2seq.model import Transformer
-from seq2seq.search import beam_search, greedy
+from seq2seq.data.batching import collate, no_peek_mask, padding_mask
+from seq2seq.decode.search import beam_search, greedy
+from seq2seq.model.transformer import Transformer
+from seq2seq.train.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
 
 BF16 = torch.bfloat16
 MATMULS = {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from seq2seq.progress import TrainingBar
+from seq2seq.train.progress import TrainingBar
 
 
 class _Clock:

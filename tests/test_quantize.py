@@ -11,11 +11,11 @@ import torch
 from torch import nn
 from typer.testing import CliRunner
 
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import ConfigError, DecodeConfig, run_decode
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
-from seq2seq.quantize import int8_device, quantize_int8, quantized_linears
-from seq2seq.translator import load_translator
+from seq2seq.model.quantize import int8_device, quantize_int8, quantized_linears
 
 from .conftest import copy_run, train_from
 
@@ -113,7 +113,7 @@ def test_translate_quantize_int8_through_the_cli(trained_tiny_run, demo_pairs, t
     "layout", ["tied-swish-bias-safetensors", "untied-output-gelu-bias-safetensors"]
 )
 def test_an_imported_marian_run_decodes_int8(layout, marian_tokenizer, tmp_path):
-    from seq2seq.hf_marian import import_hf_marian
+    from seq2seq.interop.hf_marian import import_hf_marian
 
     save_marian(tmp_path / "hf", marian_tokenizer, LAYOUTS[layout])
     import_hf_marian(str(tmp_path / "hf"), tmp_path / "run")
@@ -148,7 +148,7 @@ def test_int8_on_cuda_is_one_clear_error(trained_tiny_run, monkeypatch):
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert "is a CPU path" in result.stderr and "--device cpu" in result.stderr
     # `auto` on a CUDA machine loads an int8 model on the CPU, never on the GPU.
-    import seq2seq.translator as translator_module
+    import seq2seq.decode.translator as translator_module
 
     asked = []
     real = translator_module.resolve_device

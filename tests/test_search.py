@@ -10,10 +10,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.config import DecodeConfig, ModelConfig
-from seq2seq.model import Transformer
-from seq2seq.search import (
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.search import (
     NEVER_GENERATED,
     SearchError,
     beam_search,
@@ -21,7 +21,7 @@ from seq2seq.search import (
     greedy,
     length_penalty,
 )
-from seq2seq.tokenizer import BOS_ID, EOS_ID
+from seq2seq.model.transformer import Transformer
 
 
 def _model(seed: int, vocab: int = 40, norm_first: bool = False) -> Transformer:
@@ -249,7 +249,7 @@ def test_non_finite_scores_are_a_search_error_not_an_index_error(beam):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_dropped_sentences_stop_within_a_poll_and_the_others_decode_as_before(beam, monkeypatch):
-    import seq2seq.search as search
+    import seq2seq.decode.search as search
 
     model, src = _model(2), _sources(2)
     options = DecodeConfig(beam_size=beam, nbest=1, length_penalty=0.6, max_len_a=0.0, max_len_b=40)

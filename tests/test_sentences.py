@@ -5,10 +5,10 @@ from __future__ import annotations
 import torch
 
 from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
-from seq2seq.model import build_model
-from seq2seq.sentences import split_sentences
-from seq2seq.tokenizer import train_tokenizer
-from seq2seq.translator import Translator
+from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.decode.sentences import split_sentences
+from seq2seq.decode.translator import Translator
+from seq2seq.model.transformer import build_model
 
 
 def test_a_line_of_two_sentences_is_cut_between_them():
@@ -27,7 +27,7 @@ def test_one_sentence_abbreviations_and_decimals_stay_whole():
 
 
 def test_the_splitter_cache_never_keeps_a_long_line():
-    from seq2seq import sentences
+    from seq2seq.decode import sentences
 
     sentences._cached_segment.cache_clear()
     for i in range(5):  # a request body of split bait: kept whole, it held ~1 MB each

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from seq2seq.cli import app
+from seq2seq.cli.app import app
 from seq2seq.config import with_changes
+from seq2seq.decode.translator import load_translator
 from seq2seq.serve.server import listening_socket
-from seq2seq.translator import load_translator
 from tests.conftest import train_from
 
 REPO = Path(__file__).resolve().parents[1]
@@ -597,7 +597,7 @@ def test_the_listening_socket_is_tcp_so_answers_are_not_held_back_by_nagle():
 
 
 def test_html_requests_get_their_tags_back_and_malformed_markup_is_a_422(run_dir, monkeypatch):
-    from seq2seq.markup import same_markup
+    from seq2seq.decode.markup import same_markup
 
     tagged = ["Click <b>three cats</b> now, {name}.", 'She was <a href="x">born</a> in May.']
     with _in_process(run_dir, monkeypatch) as client:

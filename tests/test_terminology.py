@@ -8,9 +8,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from seq2seq.cli import app
-from seq2seq.glossary import make_glossary
-from seq2seq.translator import load_translator
+from seq2seq.cli.app import app
+from seq2seq.decode.glossary import make_glossary
+from seq2seq.decode.translator import load_translator
 
 LINES = ["The umbrella is blue.", "You want one big chair.", "", "twenty-five"]
 GLOSSARY = "umbrella\tparapluie\nchair\tchaise bleue\n"

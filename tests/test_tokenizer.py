@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from seq2seq.config import TokenizerConfig
+from seq2seq.data.tokenizer import EOS_ID, PAD_ID, load_tokenizer, train_tokenizer
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import EOS_ID, PAD_ID, load_tokenizer, train_tokenizer
 
 
 @pytest.mark.parametrize("kind", ["unigram", "bpe"])

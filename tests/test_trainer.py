@@ -14,15 +14,15 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq import validation
-from seq2seq.batching import collate
-from seq2seq.checkpoint import latest_checkpoint, load_state, load_weights
 from seq2seq.config import load_config, validate_config
+from seq2seq.data.batching import collate
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, load_tokenizer
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.loss import TranslationLoss
-from seq2seq.model import Transformer
-from seq2seq.tokenizer import BOS_ID, EOS_ID, load_tokenizer
-from seq2seq.trainer import accumulate_gradients, train
+from seq2seq.model.transformer import Transformer
+from seq2seq.run.checkpoint import latest_checkpoint, load_state, load_weights
+from seq2seq.train import validation
+from seq2seq.train.loss import TranslationLoss
+from seq2seq.train.trainer import accumulate_gradients, train
 
 from .conftest import write_parallel
 
@@ -119,7 +119,7 @@ def test_with_ema_a_run_hands_on_the_average_and_resumes_exactly(tmp_path, corpu
 
 
 def test_ema_is_the_decayed_average_of_the_weights_after_each_update():
-    from seq2seq.ema import WeightEMA
+    from seq2seq.train.ema import WeightEMA
 
     model = torch.nn.Linear(3, 2)
     ema = WeightEMA(model, decay=0.5)
@@ -280,8 +280,8 @@ def test_validation_loss_equals_label_smoothed_cross_entropy_computed_by_hand(tm
 @pytest.fixture
 def stop_during_update(monkeypatch):
     """`stop_during_update(n, how)`: during the n-th update, a SIGTERM or the time budget ends."""
-    import seq2seq.stopping as stopping
-    import seq2seq.trainer as trainer
+    import seq2seq.train.stopping as stopping
+    import seq2seq.train.trainer as trainer
 
     def arrange(update: int, how: str):
         calls, real = [0], trainer.accumulate_gradients
@@ -413,8 +413,8 @@ def test_compiled_training_matches_eager_and_recompiles_a_bounded_number_of_time
 
 
 def _batch_shapes(cfg, steps):
-    from seq2seq.batching import epoch_batches
-    from seq2seq.data import lengths, load_corpus, tokenize
+    from seq2seq.data.batching import epoch_batches
+    from seq2seq.data.corpus import lengths, load_corpus, tokenize
 
     raw = load_corpus(cfg.data.train, "en", "fr")
     d = cfg.data

@@ -16,10 +16,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.checkpoint import latest_checkpoint, list_checkpoints, load_state, load_weights
 from seq2seq.config import load_run_config
-from seq2seq.model import Transformer
-from seq2seq.tokenizer import load_tokenizer
+from seq2seq.data.tokenizer import load_tokenizer
+from seq2seq.model.transformer import Transformer
+from seq2seq.run.checkpoint import latest_checkpoint, list_checkpoints, load_state, load_weights
 
 from .conftest import write_parallel
 
@@ -167,7 +167,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tmp_path, data_di
 
 KILLED_WHILE_SAVING = """
 import os, signal, sys
-from seq2seq import checkpoint
+from seq2seq.run import checkpoint
 save = checkpoint.save_model
 def dies_half_way(model, path, metadata=None):
     if metadata and metadata.get("step") == "{step}":
@@ -176,7 +176,7 @@ def dies_half_way(model, path, metadata=None):
         os.kill(os.getpid(), signal.SIGKILL)
     return save(model, path, metadata=metadata)
 checkpoint.save_model = dies_half_way
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()
 """
@@ -210,7 +210,9 @@ def test_kill_during_checkpoint_write_leaves_the_previous_one_loadable(
 STOPS_ITSELF = """
 import os, signal, sys, tempfile
 import torch
-from seq2seq import checkpoint, tokenizer, trainer, training_setup
+from seq2seq.run import checkpoint
+from seq2seq.data import tokenizer
+from seq2seq.train import trainer, setup as training_setup
 where, _, arg = os.environ.get("STOP_AT", "none:").partition(":")
 def stop_here():
     os.kill(os.getpid(), signal.SIGSTOP)
@@ -251,7 +253,7 @@ def stopping_after(fn, name):
     return wrapped
 training_setup.prepare_run_dir = stopping_after(training_setup.prepare_run_dir, "config")
 training_setup.prepare_data = stopping_after(training_setup.prepare_data, "data")
-from seq2seq.cli import main
+from seq2seq.cli.app import main
 sys.argv = ["seq2seq", "train", *sys.argv[1:]]
 main()
 """

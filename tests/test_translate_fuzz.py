@@ -10,10 +10,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
-from seq2seq.model import build_model
-from seq2seq.streams import translate_stream
-from seq2seq.tokenizer import train_tokenizer
-from seq2seq.translator import Translator
+from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.decode.streams import translate_stream
+from seq2seq.decode.translator import Translator
+from seq2seq.model.transformer import build_model
 
 # Characters that break line-oriented tools: every Unicode line separator Python's
 # str.splitlines knows (only \n ends an input line), controls, NUL, RTL marks and text,

@@ -21,13 +21,21 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
-from ..config import DecodeConfig, load_run_config
-from ..errors import UserError
-from ..glossary import Glossary
-from ..translator import Source, Translator
-from .batcher import Batcher, BatchLimits, Hypotheses, JobFuture, OverBudget, QueueFull, Stopped
-from .schema import (
+from seq2seq import __version__
+from seq2seq.config import DecodeConfig, load_run_config
+from seq2seq.decode.glossary import Glossary
+from seq2seq.decode.translator import Source, Translator
+from seq2seq.errors import UserError
+from seq2seq.serve.batcher import (
+    Batcher,
+    BatchLimits,
+    Hypotheses,
+    JobFuture,
+    OverBudget,
+    QueueFull,
+    Stopped,
+)
+from seq2seq.serve.schema import (
     RequestError,
     RequestLimits,
     TranslateBody,
@@ -85,7 +93,7 @@ def prepare_languages(
 
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
-    from ..info import run_summary
+    from seq2seq.report.info import run_summary
 
     run_cfg = load_run_config(run_dir)
     summary = run_summary(run_dir)
@@ -133,7 +141,7 @@ def create_app(
     """The ASGI app: /translate, /health, /ready, /metrics, /info (and FastAPI's /docs)."""
     from fastapi import FastAPI
 
-    from .metrics import CountRequests, ServerMetrics
+    from seq2seq.serve.metrics import CountRequests, ServerMetrics
 
     state = state or ServerState()
     metrics = ServerMetrics()
@@ -186,7 +194,7 @@ def _add_error_handler(app) -> None:
 def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -> None:
     from fastapi.responses import JSONResponse, Response
 
-    from .metrics import CONTENT_TYPE
+    from seq2seq.serve.metrics import CONTENT_TYPE
 
     @app.get("/health")
     async def health():

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from ..config import DecodeConfig
+from seq2seq.config import DecodeConfig
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..config import DecodeConfig
-from ..errors import UserError
-from ..glossary import Glossary, make_glossary
-from .batcher import Hypotheses
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.glossary import Glossary, make_glossary
+from seq2seq.errors import UserError
+from seq2seq.serve.batcher import Hypotheses
 
 MAX_LENGTH_PENALTY = 5.0
 
@@ -196,7 +196,7 @@ def _markup(lines: list[str], fmt: str, name: str, single: bool) -> list:
     """Each line's markup parsed; malformed markup (unclosed or crossing tags) is a 422 naming
     the text, where `translate --tags` would translate it as text with a warning: a client
     can fix its request, a batch job should go on."""
-    from ..markup import MalformedMarkup, parse
+    from seq2seq.decode.markup import MalformedMarkup, parse
 
     out = []
     for i, line in enumerate(lines):
@@ -229,7 +229,7 @@ def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, 
 
 def request_glossary(req: TranslateRequest, default: Glossary | None) -> Glossary | None:
     """The glossary a request decodes with: the server's, with the request's pairs added."""
-    from ..glossary import with_pairs
+    from seq2seq.decode.glossary import with_pairs
 
     if req.glossary is None:
         return default

@@ -9,9 +9,9 @@ import signal
 import socket
 from pathlib import Path
 
-from ..config import DecodeConfig
-from ..errors import UserError
-from .app import ServeConfig, ServerState, create_app, run_info
+from seq2seq.config import DecodeConfig
+from seq2seq.errors import UserError
+from seq2seq.serve.app import ServeConfig, ServerState, create_app, run_info
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,9 @@ def serve(
         import uvicorn
     except ImportError:
         raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
-    from ..glossary import read_glossary
-    from ..runtime import set_threads
-    from ..translator import load_translator
+    from seq2seq.decode.glossary import read_glossary
+    from seq2seq.decode.translator import load_translator
+    from seq2seq.runtime import set_threads
 
     if cfg.request.max_lines > cfg.batch.max_queue_lines:
         raise UserError(

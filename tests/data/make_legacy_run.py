@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from seq2seq.batching import no_peek_mask, pad, padding_mask
 from seq2seq.config import validate_config
-from seq2seq.demo_corpus import generate_pairs
-from seq2seq.trainer import train
-from seq2seq.translator import load_translator
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.data.demo_corpus import generate_pairs
+from seq2seq.decode.translator import load_translator
+from seq2seq.train.trainer import train
 
 SENTENCES = [
     "I have three cats.",

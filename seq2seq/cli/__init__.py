@@ -1,0 +1,1 @@
+"""The command line: one Typer app, one thin function per command."""

@@ -1,0 +1,1 @@
+"""Data: corpora through `datasets`, tokenizers and their layouts, token-budget batches."""

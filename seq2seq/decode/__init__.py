@@ -1,0 +1,1 @@
+"""Decoding: the beam engine and its strategies, the translator, terms, markup, jobs."""

@@ -1,0 +1,200 @@
+"""Terminology: a glossary of `source term<TAB>target term` pairs, which source terms occur in a
+sentence, and the per-sentence target-term constraints that constrained search must keep.
+
+Case rule: a source term matches whole words of a sentence, ignoring case (`Casefold`:
+"Server" and "SERVER" both match the term "server"); where terms overlap, the longest one
+starting first wins. The target term is forced exactly as written, case included.
+
+Constraints may also be given directly, one JSON list of target terms per input line
+(`--constraints`): `["ordinateur portable", "clé USB"]`, `[]` for none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from seq2seq.errors import UserError
+
+MAX_GLOSSARY_PAIRS = 20_000  # one regex of alternatives; more is slow to match per sentence
+MAX_TERM_CHARS = 200
+MAX_CONSTRAINTS = 16  # per sentence: each is a bank of the beam and a column of its state
+MAX_TERM_TOKENS = 32
+
+# A word character on either side would make a match part of a longer word.
+_WORD = r"\w"
+
+
+@dataclass(frozen=True)
+class Glossary:
+    """Source term → target term pairs, with the pattern that finds source terms."""
+
+    pairs: tuple[tuple[str, str], ...]
+    pattern: re.Pattern | None
+    targets: dict[str, str]  # casefolded source term → target term
+
+    def terms_in(self, sentence: str) -> list[str]:
+        """The target terms whose source term occurs in `sentence`, in order, each once."""
+        if self.pattern is None:
+            return []
+        found: list[str] = []
+        for m in self.pattern.finditer(sentence):
+            target = self.targets[_key(m.group())]
+            if target not in found:
+                found.append(target)
+        return found
+
+
+def _key(term: str) -> str:
+    return " ".join(term.casefold().split())
+
+
+def make_glossary(
+    pairs: list[tuple[str, str]], places: list[str] | None = None, origin: str = "glossary"
+) -> Glossary:
+    """A glossary from (source, target) pairs; `places` (default `origin[i]`) name each pair
+    in errors."""
+    if len(pairs) > MAX_GLOSSARY_PAIRS:
+        raise UserError(
+            f"{origin}: {len(pairs)} term pairs; at most {MAX_GLOSSARY_PAIRS} are supported"
+        )
+    places = places or [f"{origin}[{i}]" for i in range(len(pairs))]
+    targets: dict[str, str] = {}
+    kept: list[tuple[str, str]] = []
+    for where, (source, target) in zip(places, pairs):
+        source, target = " ".join(source.split()), " ".join(target.split())
+        _check_term(source, target, where)
+        key = _key(source)
+        if key in targets and targets[key] != target:
+            raise UserError(f"{where}: source term {source!r} is already given as {targets[key]!r}")
+        if key not in targets:
+            targets[key] = target
+            kept.append((source, target))
+    return Glossary(tuple(kept), _pattern(list(targets)), targets)
+
+
+def _check_term(source: str, target: str, where: str) -> None:
+    if not source or not target:
+        side = "source" if not source else "target"
+        raise UserError(f"{where}: the {side} term is empty")
+    for side, term in (("source", source), ("target", target)):
+        if len(term) > MAX_TERM_CHARS:
+            raise UserError(f"{where}: the {side} term is over {MAX_TERM_CHARS} characters")
+
+
+def _pattern(keys: list[str]) -> re.Pattern | None:
+    if not keys:
+        return None
+    # Longest first, so "data base" wins over "data" where both start; spaces match any run.
+    alts = [r"\s+".join(map(re.escape, k.split())) for k in sorted(keys, key=len, reverse=True)]
+    body = "|".join(alts)
+    return re.compile(rf"(?<!{_WORD})(?:{body})(?!{_WORD})", re.IGNORECASE)
+
+
+def read_glossary(path: Path) -> Glossary:
+    """A glossary from a TSV file, one `source<TAB>target` pair a line (blank lines and lines
+    starting with `#` skipped); a bad line is an error naming the file and line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read glossary {path}: {e}") from None
+    pairs: list[tuple[str, str]] = []
+    places: list[str] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        where = f"{path}:{number}"
+        if "\t" not in line:
+            raise UserError(f"{where}: no tab; each line is `source term<TAB>target term`")
+        parts = line.split("\t")
+        if len(parts) != 2:
+            raise UserError(f"{where}: {len(parts) - 1} tabs; each line has exactly one")
+        _check_term(" ".join(parts[0].split()), " ".join(parts[1].split()), where)
+        pairs.append((parts[0], parts[1]))
+        places.append(where)
+        if len(pairs) > MAX_GLOSSARY_PAIRS:
+            raise UserError(f"{path}: over {MAX_GLOSSARY_PAIRS} term pairs; not supported")
+    return make_glossary(pairs, places, origin=str(path))
+
+
+def read_constraints(path: Path) -> list[list[str]]:
+    """Per input line, the target terms given directly: one JSON list of strings a line."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UserError(f"cannot read constraints {path}: {e}") from None
+    out: list[list[str]] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        where = f"{path}:{number}"
+        try:
+            terms = json.loads(line) if line.strip() else []
+        except json.JSONDecodeError as e:
+            raise UserError(f"{where}: not JSON ({e.msg}); give a list of target terms") from None
+        out.append(check_terms(terms, where))
+    return out
+
+
+def check_terms(terms: object, where: str) -> list[str]:
+    """`terms` as a list of distinct non-empty target terms, or an error naming `where`."""
+    if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
+        raise UserError(f"{where}: constraints are a JSON list of strings (target terms)")
+    clean: list[str] = []
+    for term in terms:
+        term = " ".join(term.split())
+        if not term:
+            raise UserError(f"{where}: a target term is empty")
+        if len(term) > MAX_TERM_CHARS:
+            raise UserError(f"{where}: a target term is over {MAX_TERM_CHARS} characters")
+        if term not in clean:
+            clean.append(term)
+    if len(clean) > MAX_CONSTRAINTS:
+        raise UserError(
+            f"{where}: {len(clean)} constraints; at most {MAX_CONSTRAINTS} for one sentence"
+        )
+    return clean
+
+
+def term_ids(encode_tgt, terms: list[str], where: str, unk: int) -> tuple[tuple[int, ...], ...]:
+    """Target token ids of each term, as the target tokenizer encodes it on its own (so as a
+    word that starts after a space); an error when a term has too many constraints or tokens
+    or pieces outside the vocabulary."""
+    if len(terms) > MAX_CONSTRAINTS:
+        raise UserError(
+            f"{where}: {len(terms)} constraints; at most {MAX_CONSTRAINTS} for one sentence"
+        )
+    if not terms:
+        return ()
+    out = []
+    for term, ids in zip(terms, encode_tgt(terms)):
+        if not ids or len(ids) > MAX_TERM_TOKENS:
+            raise UserError(
+                f"{where}: target term {term!r} is {len(ids)} tokens; 1 to {MAX_TERM_TOKENS}"
+            )
+        if unk in ids:
+            raise UserError(f"{where}: target term {term!r} has pieces the model cannot output")
+        out.append(tuple(ids))
+    return tuple(out)
+
+
+def term_use(hypotheses: list[str], terms: list[list[str]]) -> dict[str, float]:
+    """How many of each line's target terms its hypothesis holds (whole words, as written)."""
+    total = used = 0
+    for hyp, line_terms in zip(hypotheses, terms):
+        for term in line_terms:
+            total += 1
+            body = r"\s+".join(map(re.escape, term.split()))
+            used += re.search(rf"(?<!{_WORD}){body}(?!{_WORD})", hyp) is not None
+    return {"terms": total, "used": used, "rate": used / total if total else 1.0}
+
+
+def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str) -> Glossary:
+    """`base` (a server's default glossary) with `pairs` added; a pair's source term given
+    in both takes the target of `pairs`."""
+    extra = make_glossary(pairs, origin=origin)
+    if base is None:
+        return extra
+    own = {_key(source) for source, _ in extra.pairs}
+    kept = [(s, t) for s, t in base.pairs if _key(s) not in own]
+    return make_glossary(kept + list(extra.pairs), origin=origin)

@@ -1,0 +1,1 @@
+"""The model: the Transformer, its factory, int8 at load time, FLOPs."""

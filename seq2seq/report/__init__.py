@@ -1,0 +1,1 @@
+"""Looking at a run: its summary, curves and attention pictures."""

@@ -1,0 +1,1 @@
+"""Run directories: atomic checkpoints, opening a trained run, the metrics log."""

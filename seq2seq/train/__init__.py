@@ -1,0 +1,1 @@
+"""Training: set-up, the loop, validation, state, faults, processes under torchrun."""
