@@ -255,7 +255,7 @@ def main() -> None:
     import ctranslate2
     import sacrebleu
 
-    from seq2seq.interop.hf_m2m100 import import_hf
+    from seq2seq.interop.hf import import_hf
 
     src = (args.data / "valid.en").read_text("utf-8").splitlines()[: args.limit]
     refs = (args.data / "valid.fr").read_text("utf-8").splitlines()[: args.limit]

@@ -811,7 +811,7 @@ def export(
         written = export_hf_marian(run, out, checkpoint)
         print(f"wrote {written} (MarianMTModel and MarianTokenizer files)")
     elif format == "hf":
-        from seq2seq.interop.hf_m2m100 import export_hf
+        from seq2seq.interop.hf import export_hf
 
         written = export_hf(run, out, checkpoint)
         print(f"wrote {written} (a Hugging Face model folder with its tokenizer files)")
@@ -874,7 +874,7 @@ def import_hf(
       seq2seq import hf ~/models/m2m100_418M runs/m2m100\n
       seq2seq import hf ~/models/nllb-200-distilled-600M runs/nllb
     """
-    from seq2seq.interop.hf_m2m100 import import_hf as run_import
+    from seq2seq.interop.hf import import_hf as run_import
 
     cfg = run_import(source, run)
     m, t = cfg.model, cfg.tokenizer

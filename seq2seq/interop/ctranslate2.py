@@ -38,6 +38,7 @@ def _norm(spec, norm: torch.nn.LayerNorm) -> None:
 def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], special=None):
     """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies; `special`
     (SpecialIds) names its special tokens (default: the project's <s>, </s>, <unk>)."""
+    # ctranslate2 is optional (seq2seq[export]); export_ctranslate2 says so when it is missing
     from ctranslate2.specs import common_spec, transformer_spec
 
     cfg = model.cfg
@@ -102,7 +103,7 @@ def export_ctranslate2(
 ) -> Path:
     """Write the run's model (best, else latest, checkpoint) as a CTranslate2 model in `out`,
     its weights stored as `quantization` (int8, int16, float16, …; None: float32)."""
-    try:
+    try:  # ctranslate2 is optional: only this command needs it
         from ctranslate2.converters.converter import Converter
         from ctranslate2.specs.model_spec import ACCEPTED_MODEL_TYPES
     except ImportError:

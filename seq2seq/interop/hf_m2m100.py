@@ -1,5 +1,5 @@
 """Hugging Face M2M100ForConditionalGeneration checkpoints (M2M100, NLLB-200) into run
-directories, and `seq2seq import hf`, which picks the importer from config.json.
+directories, and runs back out.
 
 M2M100 is this project's pre-norm network (`model.norm_first`, with the final encoder and
 decoder norms) with fairseq's positional table read from `pad_id + 1` on (`model.positions:
@@ -14,19 +14,14 @@ Reading a checkpoint never runs code from it: safetensors, or `torch.load(weight
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from pydantic import ValidationError
-from safetensors.torch import save_file, save_model
 
 from seq2seq.config import (
-    CONFIG_NAME,
     Config,
     DataConfig,
     DecodeConfig,
@@ -34,7 +29,6 @@ from seq2seq.config import (
     TokenizerConfig,
     load_run_config,
     run_decode,
-    save_config,
 )
 from seq2seq.data.multilingual import (
     M2M100_LANGUAGES,
@@ -48,21 +42,26 @@ from seq2seq.data.multilingual import (
     nllb_vocab,
 )
 from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, read_json
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import (
     ACTIVATIONS,
     Imported,
     _embeddings,
-    _generation_settings,
     _layer_table,
     _tensor,
-    export_hf_marian,
-    import_hf_marian,
+    decode_config,
+    load_mapped,
     read_weights,
     resolve_source,
 )
+from seq2seq.interop.staging import (
+    require_new_folder,
+    staged_folder,
+    write_hf_model,
+    write_imported_run,
+)
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
-from seq2seq.run.checkpoint import IMPORTED_FROM, checkpoint_dir
 
 log = logging.getLogger(__name__)
 
@@ -86,46 +85,24 @@ def model_type(folder: Path) -> str:
     return kind
 
 
-def import_hf(source: str, run_dir: Path) -> Config:
-    """Import a saved Hugging Face translation model (folder or hub name), recognised by
-    config.json: MarianMTModel, or M2M100ForConditionalGeneration (M2M100, NLLB)."""
-    folder = resolve_source(source, HUB_FILES)
-    if model_type(folder) == "marian":
-        return import_hf_marian(source, run_dir)
-    return import_hf_m2m100(source, run_dir)
-
-
 def import_hf_m2m100(source: str, run_dir: Path) -> Config:
     """Turn a saved M2M100/NLLB model into a run directory; return its config."""
-    run_dir = Path(run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise UserError(f"{run_dir} exists and is not an empty folder; choose a new one")
+    run_dir = require_new_folder(run_dir)
     folder = resolve_source(source, HUB_FILES)
     try:
         imported = _convert(folder, run_dir)
     except ValidationError as e:
         raise UserError(f"{folder} does not fit a run's config: {e}") from None
     cfg = imported.config
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Built beside the target and moved into place: a failed import leaves nothing behind.
-    with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=f".{run_dir.name}.") as tmp:
-        staging = Path(tmp) / "run"
-        tok_dir = staging / TOKENIZER_DIR
-        tok_dir.mkdir(parents=True)
+
+    def write_tokenizer(tok_dir: Path) -> None:
         names = [SPM_FILE, *([VOCAB_FILE] if cfg.tokenizer.layout == "m2m100" else [])]
         for name in [*names, *HF_TOKENIZER_FILES]:
             if (folder / name).is_file():
                 shutil.copyfile(folder / name, tok_dir / name)
         load_language_tokenizer(tok_dir, cfg.tokenizer)  # loads as the run will load it
-        save_config(cfg, staging / CONFIG_NAME)
-        ckpt = checkpoint_dir(staging)
-        ckpt.mkdir()
-        meta = {"step": "0", IMPORTED_FROM: str(source)}
-        save_model(imported.model, str(ckpt / "step_00000000.safetensors"), metadata=meta)
-        torch.save({IMPORTED_FROM: str(source)}, ckpt / "step_00000000.state.pt")
-        if run_dir.is_dir():
-            run_dir.rmdir()  # empty, checked above
-        os.replace(staging, run_dir)
+
+    write_imported_run(run_dir, source, cfg, imported.model, write_tokenizer)
     return cfg
 
 
@@ -155,10 +132,7 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
             state[f"{ours}.{kind}"] = torch.cat(
                 [_tensor(tensors, f"{t}.{kind}", folder) for t in theirs]
             )
-    expected = set(model.state_dict())
-    if set(state) != expected:  # a table that misses a module is a bug here, not bad input
-        raise RuntimeError(f"unmapped weights: {sorted(set(state) ^ expected)}")
-    model.load_state_dict(state, strict=True)
+    load_mapped(model, state)
     src_lang, tgt_lang = (tok_json.get(k) for k in ("src_lang", "tgt_lang"))
     known = tok_cfg.languages
     max_len = min(DataConfig.model_fields["max_len"].default, model_cfg.max_positions - 2)
@@ -172,7 +146,7 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
         data=data,
         tokenizer=tok_cfg,
         model=model_cfg,
-        decode=_decode_config(folder, hf),
+        decode=decode_config(folder, hf),
     )
     return Imported(config, model.eval(), folder)
 
@@ -314,18 +288,6 @@ def _model_config(hf: dict, pad_id: int, folder: Path) -> ModelConfig:
         raise UserError(f"{folder}/config.json: {e}") from None
 
 
-def _decode_config(folder: Path, hf: dict) -> DecodeConfig:
-    """Beam size and length penalty of the generation config; HF's len^α normalisation."""
-    generation = _generation_settings(folder, hf)
-    decode = DecodeConfig().model_copy(update={"length_norm": "length", "length_penalty": 1.0})
-    if isinstance(generation.get("num_beams"), int) and generation["num_beams"] >= 1:
-        decode = decode.model_copy(update={"beam_size": generation["num_beams"]})
-    if isinstance(generation.get("length_penalty"), (int, float)):
-        alpha = max(float(generation["length_penalty"]), 0.0)
-        decode = decode.model_copy(update={"length_penalty": alpha})
-    return decode
-
-
 # ---------------------------------------------------------------------------------- export
 
 
@@ -400,11 +362,7 @@ def m2m100_config(model: Transformer, cfg: Config, decode: DecodeConfig) -> tupl
 def export_hf_m2m100(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
     """Write an M2M100/NLLB run as a saved M2M100ForConditionalGeneration folder with its
     tokenizer files, which transformers' from_pretrained reads."""
-    from seq2seq.decode.translator import load_translator
-
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not an empty folder; choose a new one")
+    out = require_new_folder(out)
     cfg = load_run_config(run_dir)
     if cfg.tokenizer.layout not in ("m2m100", "nllb"):
         raise UserError(
@@ -417,26 +375,9 @@ def export_hf_m2m100(run_dir: Path, out: Path, checkpoint: Path | None = None) -
     config, generation = m2m100_config(translator.model, cfg, translator.decode)
     tensors = m2m100_tensors(translator.model)
     tok_dir = Path(run_dir) / TOKENIZER_DIR
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staging = Path(tmp) / "out"
-        staging.mkdir()
-        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
-        (staging / "generation_config.json").write_text(json.dumps(generation, indent=2), "utf-8")
+    with staged_folder(out) as staging:
+        write_hf_model(staging, tensors, config, generation)
         for path in tok_dir.iterdir():
             if path.is_file():
                 shutil.copyfile(path, staging / path.name)
-        if out.is_dir():
-            out.rmdir()
-        os.replace(staging, out)
     return out
-
-
-def export_hf(run_dir: Path, out: Path, checkpoint: Path | None = None) -> Path:
-    """Write a run as the Hugging Face model it has the form of: M2M100 for an M2M100/NLLB
-    run, MarianMTModel otherwise."""
-    layout = load_run_config(run_dir).tokenizer.layout
-    if layout in ("m2m100", "nllb"):
-        return export_hf_m2m100(run_dir, out, checkpoint)
-    return export_hf_marian(run_dir, out, checkpoint)

@@ -17,20 +17,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from pydantic import ValidationError
-from safetensors.torch import load_file, save_file, save_model
+from safetensors.torch import load_file
 
 from seq2seq.config import (
-    CONFIG_NAME,
     Config,
     DataConfig,
     DecodeConfig,
@@ -38,7 +35,6 @@ from seq2seq.config import (
     TokenizerConfig,
     load_run_config,
     run_decode,
-    save_config,
 )
 from seq2seq.data.tokenizer import (
     MARIAN_FILES,
@@ -52,9 +48,15 @@ from seq2seq.data.tokenizer import (
     model_paths,
     read_json,
 )
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from seq2seq.interop.staging import (
+    require_new_folder,
+    staged_folder,
+    write_hf_model,
+    write_imported_run,
+)
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
-from seq2seq.run.checkpoint import IMPORTED_FROM, checkpoint_dir
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +148,7 @@ def resolve_source(source: str, extra_files: tuple[str, ...] = ()) -> Path:
         return path
     if not re.fullmatch(r"[\w.-]+(/[\w.-]+)?", source):
         raise UserError(f"{source}: no such folder, and not a hub model name")
-    try:
+    try:  # only a hub name needs it; local folders import without it
         from huggingface_hub import snapshot_download
     except ImportError:  # comes with datasets, but a user may have removed it
         raise UserError(
@@ -210,18 +212,7 @@ def convert(folder: Path, run_dir: Path) -> Imported:
 
 
 def _convert(folder: Path, run_dir: Path) -> Imported:
-    missing = [n for n in ("config.json", *MARIAN_FILES) if not (folder / n).is_file()]
-    if missing:
-        raise UserError(f"{folder} lacks {', '.join(missing)} (a saved MarianMTModel has them)")
-    hf = read_json(folder / "config.json")
-    if hf.get("model_type") not in (None, "marian"):
-        raise UserError(
-            f"{folder}/config.json: model_type {hf.get('model_type')!r}, not a MarianMTModel"
-        )
-    for key, default in UNSUPPORTED.items():
-        if hf.get(key, default) != default:
-            raise UserError(f"{folder}/config.json: {key}={hf[key]} is not supported")
-    tok_cfg_json = read_json(folder / "tokenizer_config.json")
+    hf, tok_cfg_json = _marian_configs(folder)
     separate = bool(tok_cfg_json.get("separate_vocabs", False))
     if separate and not (folder / MARIAN_TARGET_VOCAB).is_file():
         raise UserError(f"{folder}: separate_vocabs is set but {MARIAN_TARGET_VOCAB} is missing")
@@ -260,21 +251,9 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
         for kind in ("weight", "bias"):
             parts = [_tensor(tensors, f"{t}.{kind}", folder) for t in theirs]
             state[f"{ours}.{kind}"] = _permute(torch.cat(parts), role, inverse)
-    expected = set(model.state_dict())
-    if set(state) != expected:  # a table that misses a module is a bug here, not bad input
-        raise RuntimeError(f"unmapped weights: {sorted(set(state) ^ expected)}")
-    model.load_state_dict(state, strict=True)
+    load_mapped(model, state)
 
-    decode = DecodeConfig()
-    generation = _generation_settings(folder, hf)
-    if isinstance(generation.get("num_beams"), int) and generation["num_beams"] >= 1:
-        decode = decode.model_copy(update={"beam_size": generation["num_beams"]})
-    # HF divides beam scores by len^α (`length`), not GNMT's ((5+len)/6)^α: the imported run
-    # ranks hypotheses as `generate` does, so their beam outputs are the same.
-    decode = decode.model_copy(update={"length_norm": "length", "length_penalty": 1.0})
-    if isinstance(generation.get("length_penalty"), (int, float)):
-        alpha = max(float(generation["length_penalty"]), 0.0)
-        decode = decode.model_copy(update={"length_penalty": alpha})
+    decode = decode_config(folder, hf)
     src_lang, tgt_lang = _languages(tok_cfg_json, folder)
     max_len = min(DataConfig.model_fields["max_len"].default, model_cfg.max_positions - 1)
     data = DataConfig(src_lang=src_lang, tgt_lang=tgt_lang, max_len=max_len)
@@ -286,6 +265,30 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
         decode=decode,
     )
     return Imported(config, model.eval(), folder)
+
+
+def _marian_configs(folder: Path) -> tuple[dict, dict]:
+    """config.json and tokenizer_config.json of a saved MarianMTModel this project can hold."""
+    missing = [n for n in ("config.json", *MARIAN_FILES) if not (folder / n).is_file()]
+    if missing:
+        raise UserError(f"{folder} lacks {', '.join(missing)} (a saved MarianMTModel has them)")
+    hf = read_json(folder / "config.json")
+    if hf.get("model_type") not in (None, "marian"):
+        raise UserError(
+            f"{folder}/config.json: model_type {hf.get('model_type')!r}, not a MarianMTModel"
+        )
+    for key, default in UNSUPPORTED.items():
+        if hf.get(key, default) != default:
+            raise UserError(f"{folder}/config.json: {key}={hf[key]} is not supported")
+    return hf, read_json(folder / "tokenizer_config.json")
+
+
+def load_mapped(model: Transformer, state: dict[str, torch.Tensor]) -> None:
+    """Load weights mapped from another layout; every module of the model must have one."""
+    expected = set(model.state_dict())
+    if set(state) != expected:  # a table that misses a module is a bug here, not bad input
+        raise RuntimeError(f"unmapped weights: {sorted(set(state) ^ expected)}")
+    model.load_state_dict(state, strict=True)
 
 
 def _tensor(tensors: dict[str, torch.Tensor], name: str, folder: Path) -> torch.Tensor:
@@ -403,6 +406,20 @@ def _generation_settings(folder: Path, hf: dict) -> dict:
     return {**hf, **(read_json(path) if path.is_file() else {})}
 
 
+def decode_config(folder: Path, hf: dict) -> DecodeConfig:
+    """Beam size and length penalty of the generation config; HF's len^α normalisation."""
+    generation = _generation_settings(folder, hf)
+    # HF divides beam scores by len^α (`length`), not GNMT's ((5+len)/6)^α: the imported run
+    # ranks hypotheses as `generate` does, so their beam outputs are the same.
+    decode = DecodeConfig().model_copy(update={"length_norm": "length", "length_penalty": 1.0})
+    if isinstance(generation.get("num_beams"), int) and generation["num_beams"] >= 1:
+        decode = decode.model_copy(update={"beam_size": generation["num_beams"]})
+    if isinstance(generation.get("length_penalty"), (int, float)):
+        alpha = max(float(generation["length_penalty"]), 0.0)
+        decode = decode.model_copy(update={"length_penalty": alpha})
+    return decode
+
+
 def _languages(tok_json: dict, folder: Path) -> tuple[str, str]:
     src, tgt = tok_json.get("source_lang"), tok_json.get("target_lang")
     if not (src and tgt):  # OPUS-MT's names say it (opus-mt-en-fr), hub cache folders too
@@ -418,32 +435,19 @@ def import_hf_marian(source: str, run_dir: Path) -> Config:
     evaluate, info, attention, average and export use it as any run; fine-tune it with
     `train --init-from`.
     """
-    run_dir = Path(run_dir)
-    if run_dir.exists() and (not run_dir.is_dir() or any(run_dir.iterdir())):
-        raise UserError(f"{run_dir} exists and is not an empty folder; choose a new one")
+    run_dir = require_new_folder(run_dir)
     folder = resolve_source(source)
     imported = convert(folder, run_dir)
     cfg = imported.config
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Built beside the target and moved into place: a failed import leaves nothing behind.
-    with tempfile.TemporaryDirectory(dir=run_dir.parent, prefix=f".{run_dir.name}.") as tmp:
-        staging = Path(tmp) / "run"
-        tok_dir = staging / TOKENIZER_DIR
-        tok_dir.mkdir(parents=True)
+
+    def write_tokenizer(tok_dir: Path) -> None:
         names = [*MARIAN_FILES, *([] if cfg.tokenizer.joint else [MARIAN_TARGET_VOCAB])]
         for name in names:
             shutil.copyfile(folder / name, tok_dir / name)
         # The copied files must load as the run will load them (ids checked against config).
         load_marian_tokenizer(tok_dir, SpecialIds.of(cfg.tokenizer), cfg.tokenizer.joint)
-        save_config(cfg, staging / CONFIG_NAME)
-        ckpt = checkpoint_dir(staging)
-        ckpt.mkdir()
-        meta = {"step": "0", IMPORTED_FROM: str(source)}
-        save_model(imported.model, str(ckpt / "step_00000000.safetensors"), metadata=meta)
-        torch.save({IMPORTED_FROM: str(source)}, ckpt / "step_00000000.state.pt")
-        if run_dir.is_dir():
-            run_dir.rmdir()  # empty, checked above
-        os.replace(staging, run_dir)
+
+    write_imported_run(run_dir, source, cfg, imported.model, write_tokenizer)
     return cfg
 
 
@@ -579,11 +583,7 @@ def export_hf_marian(run_dir: Path, out: Path, checkpoint: Path | None = None) -
     """Write a run (best, else latest, checkpoint) as a saved MarianMTModel folder with its
     MarianTokenizer files: `MarianMTModel.from_pretrained(out)` and CTranslate2's converter read
     it. Needs a post-norm model (Marian has no pre-norm form)."""
-    from seq2seq.decode.translator import load_translator
-
-    out = Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise UserError(f"{out} exists and is not an empty folder; choose a new one")
+    out = require_new_folder(out)
     cfg = load_run_config(run_dir)
     if cfg.model.norm_first:
         raise UserError(
@@ -597,15 +597,7 @@ def export_hf_marian(run_dir: Path, out: Path, checkpoint: Path | None = None) -
     model, tokenizer = translator.model, translator.tokenizer
     config, generation = marian_config(model, tokenizer.ids, tokenizer.joint, translator.decode)
     tensors = marian_tensors(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        staging = Path(tmp) / "out"
-        staging.mkdir()
-        save_file(tensors, str(staging / "model.safetensors"), metadata={"format": "pt"})
-        (staging / "config.json").write_text(json.dumps(config, indent=2), "utf-8")
-        (staging / "generation_config.json").write_text(json.dumps(generation, indent=2), "utf-8")
+    with staged_folder(out) as staging:
+        write_hf_model(staging, tensors, config, generation)
         _write_tokenizer(run_dir, cfg, tokenizer, staging)
-        if out.is_dir():
-            out.rmdir()
-        os.replace(staging, out)
     return out

@@ -12,6 +12,7 @@ import torch
 
 from seq2seq.data.batching import pad
 from seq2seq.decode import search
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.model.cross_attention import cross_attention_weights
 from seq2seq.model.transformer import Transformer
@@ -45,7 +46,5 @@ def attention_of_translation(
 
 def load_for_attention(run_dir: Path, checkpoint: Path | None, device: str):
     """The model, tokenizer and decode settings of a run, as `translate` would load them."""
-    from seq2seq.decode.translator import load_translator
-
     translator, path = load_translator(run_dir, checkpoint, device)
     return translator.model, translator.tokenizer, translator.decode, path

@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from seq2seq.config import load_run_config
 from seq2seq.data.tokenizer import load_run_tokenizer
 from seq2seq.model.transformer import build_model, count_parameters
@@ -73,8 +75,6 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
 
 
 def _parameters(model_cfg, tokenizer) -> int:
-    import torch
-
     with torch.device("meta"):
         return count_parameters(build_model(model_cfg, tokenizer))
 

@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 from seq2seq.errors import UserError
+from seq2seq.model.transformer import sinusoidal_positions
 from seq2seq.run.runlog import METRICS_NAME
 
 
 def _pyplot():
-    try:
+    try:  # optional (seq2seq[plot]) and slow to import: only the plotting commands need it
         import matplotlib
     except ImportError:
         raise UserError(
@@ -82,8 +83,6 @@ def plot_curves(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
 
 def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 100) -> Path:
     """§3.5 sinusoidal positional encodings as a heatmap: positions down, dimensions across."""
-    from seq2seq.model.transformer import sinusoidal_positions
-
     if d_model < 2 or d_model % 2:
         raise UserError(f"--d-model must be an even number of at least 2, not {d_model}")
     if length < 1:

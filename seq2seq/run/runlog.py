@@ -72,7 +72,7 @@ def memory(device: torch.device) -> dict[str, float]:
 
 
 def _tensorboard(run_dir: Path):
-    try:
+    try:  # optional, and slow to import: only runs that log to it load it
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:  # tensorboard is optional
         return None
