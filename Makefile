@@ -14,6 +14,13 @@ lint:
 	ruff check seq2seq tests scripts
 	lint-imports
 
+.PHONY: docs docs-reference
+docs:  ## the docs/ pages as a site in site/; a broken link or a page missing from the nav fails
+	$(PYTHON) -m mkdocs build --strict -d site
+
+docs-reference:  ## regenerate docs/cli.md from the Typer app (tests/test_docs.py fails when it is stale)
+	$(PYTHON) -m typer seq2seq.cli.app utils docs --name seq2seq --output docs/cli.md
+
 demo:  ## generate the demo corpus, train, evaluate on the test split, translate a few lines
 	seq2seq demo-data data/demo
 	seq2seq train --config configs/demo.yaml --resume

@@ -1,7 +1,7 @@
-"""Write the README's config reference from the pydantic models (`--check`: fail if stale).
+"""Write the docs' config reference from the pydantic models (`--check`: fail if stale).
 
-python scripts/config_reference.py          # rewrite the section in README.md
-python scripts/config_reference.py --check  # exit 1 when README.md is out of date
+python scripts/config_reference.py          # rewrite the section in docs/config.md
+python scripts/config_reference.py --check  # exit 1 when docs/config.md is out of date
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic_core import PydanticUndefined
 
 from seq2seq.config import Config, CorpusConfig
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[1] / "docs" / "config.md"
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
@@ -85,21 +85,21 @@ def reference() -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="fail if README.md is stale")
+    parser.add_argument("--check", action="store_true", help="fail if docs/config.md is stale")
     args = parser.parse_args()
-    text = README.read_text(encoding="utf-8")
+    text = REFERENCE.read_text(encoding="utf-8")
     head, sep1, rest = text.partition(START)
     _, sep2, tail = rest.partition(END)
     if not (sep1 and sep2):
-        print(f"{README}: markers {START} / {END} not found", file=sys.stderr)
+        print(f"{REFERENCE}: markers {START} / {END} not found", file=sys.stderr)
         return 2
     updated = f"{head}{START}\n{reference()}{END}{tail}"
     if args.check:
         if updated != text:
-            print("README.md config reference is stale: run scripts/config_reference.py")
+            print("docs/config.md config reference is stale: run scripts/config_reference.py")
             return 1
         return 0
-    README.write_text(updated, encoding="utf-8")
+    REFERENCE.write_text(updated, encoding="utf-8")
     return 0
 
 
