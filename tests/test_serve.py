@@ -615,3 +615,14 @@ def test_html_requests_get_their_tags_back_and_malformed_markup_is_a_422(run_dir
     assert malformed.json()["field"] == "texts[1]"
     assert "malformed html markup" in malformed.json()["error"]
     assert nbest.status_code == 422 and nbest.json()["field"] == "format"
+
+
+def test_a_request_is_answered_without_asyncio_timeout_which_python_3_10_lacks(
+    run_dir, monkeypatch
+):
+    import asyncio
+
+    monkeypatch.delattr(asyncio, "timeout", raising=False)  # as on Python 3.10
+    with _in_process(run_dir, monkeypatch) as client:
+        answer = client.post("/translate", json={"text": TEXTS[0]})
+    assert answer.status_code == 200, answer.text

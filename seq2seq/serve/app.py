@@ -356,16 +356,21 @@ async def _read_body(request, limit: int, timeout_s: float) -> bytes:
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
         raise RequestError(413, "body", f"request body over {limit} bytes")
-    chunks, size = [], 0
     try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > limit:
-                    raise RequestError(413, "body", f"request body over {limit} bytes")
-                chunks.append(chunk)
-    except TimeoutError:
+        # wait_for, not asyncio.timeout (Python 3.11+): the package supports 3.10, where
+        # asyncio's TimeoutError is not yet the builtin one.
+        return await asyncio.wait_for(_body_chunks(request, limit), timeout_s)
+    except asyncio.TimeoutError:
         raise RequestError(
             408, "body", f"request body not received within {timeout_s:g} s"
         ) from None
+
+
+async def _body_chunks(request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, "body", f"request body over {limit} bytes")
+        chunks.append(chunk)
     return b"".join(chunks)
