@@ -1,6 +1,10 @@
-"""Device and precision, decided once at the top of a job."""
+"""Device and precision, decided once at the top of a job; the process's mapped memory."""
 
 from __future__ import annotations
+
+import ctypes
+import os
+import sys
 
 import torch
 
@@ -44,3 +48,42 @@ def set_threads(threads: int | None) -> None:
     """Limit torch's CPU threads when asked to."""
     if threads:
         torch.set_num_threads(threads)
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_MADV_DONTNEED = 4
+
+
+def shared_resident_bytes() -> int:
+    """File-backed (and shared) resident memory of this process; 0 where /proc is missing."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[2]) * _PAGE_SIZE
+    except OSError:
+        return 0
+
+
+def release_arrow_pages() -> int:
+    """Unmap this process's resident pages of read-only memory-mapped Arrow files.
+
+    Random access over a memory-mapped corpus faults its pages into the process, so resident
+    memory would grow with the corpus. MADV_DONTNEED on a read-only file mapping only drops the
+    process's references: the pages stay in the page cache (shared with other ranks) and the
+    next read maps them back without touching the disk. Linux only; returns the bytes released.
+    """
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    released = 0
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) < 6 or "w" in fields[1] or not fields[5].rstrip().endswith(".arrow"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if (
+                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+                == 0
+            ):
+                released += end - start
+    return released

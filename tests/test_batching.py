@@ -13,10 +13,10 @@ from seq2seq.data.batching import (
     collate,
     epoch_batches,
     padding_ratio,
-    release_arrow_pages,
     token_budget_batches,
 )
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.runtime import release_arrow_pages
 
 
 def _lengths(n: int = 5000, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
-import os
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -12,6 +9,7 @@ import numpy as np
 import torch
 
 from seq2seq.data.tokenizer import DEFAULT_IDS, PAD_ID, SpecialIds
+from seq2seq.runtime import release_arrow_pages, shared_resident_bytes
 
 
 @dataclass
@@ -214,43 +212,6 @@ def _collate_rows(dataset, idx: np.ndarray, ids: SpecialIds) -> Batch:
 # it reads (15-60 MiB a batch at 4k tokens). Once file-backed residency has grown this much since
 # the loader started, mapped corpus pages go back to the page cache (a release costs ~1 ms).
 RELEASE_ABOVE_BYTES = 64 << 20
-_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_MADV_DONTNEED = 4
-
-
-def _shared_resident_bytes() -> int:
-    """File-backed (and shared) resident memory of this process; 0 where /proc is missing."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[2]) * _PAGE_SIZE
-    except OSError:
-        return 0
-
-
-def release_arrow_pages() -> int:
-    """Unmap this process's resident pages of read-only memory-mapped Arrow files.
-
-    Random access over a memory-mapped corpus faults its pages into the process, so resident
-    memory would grow with the corpus. MADV_DONTNEED on a read-only file mapping only drops the
-    process's references: the pages stay in the page cache (shared with other ranks) and the
-    next read maps them back without touching the disk. Linux only; returns the bytes released.
-    """
-    if not sys.platform.startswith("linux"):
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    released = 0
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            fields = line.split(maxsplit=5)
-            if len(fields) < 6 or "w" in fields[1] or not fields[5].rstrip().endswith(".arrow"):
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if (
-                libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
-                == 0
-            ):
-                released += end - start
-    return released
 
 
 class _CollatedBatches(torch.utils.data.Dataset):
@@ -265,7 +226,7 @@ class _CollatedBatches(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> Batch:
         batch = _collate_rows(self.dataset, self.batches[i], self.ids)
-        mapped = _shared_resident_bytes()
+        mapped = shared_resident_bytes()
         if self._mapped_limit is None:
             self._mapped_limit = mapped + RELEASE_ABOVE_BYTES
         elif mapped > self._mapped_limit:

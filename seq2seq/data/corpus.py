@@ -18,7 +18,6 @@ import torch
 from pandas.util import hash_array  # pandas comes with datasets
 
 from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
-from seq2seq.data.batching import release_arrow_pages
 from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.tokenizer import (
     Tokenizer,
@@ -29,6 +28,7 @@ from seq2seq.data.tokenizer import (
 )
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
+from seq2seq.runtime import release_arrow_pages
 
 log = logging.getLogger(__name__)
 
