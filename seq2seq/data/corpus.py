@@ -416,13 +416,11 @@ def tokenize(
     many languages, whose ids carry them."""
     if isinstance(tokenizer, bool):
         tokenizer = TokenizerConfig(joint=tokenizer)
-    # Cache key: the corpus (datasets' own fingerprint of it), the tokenizer's bytes, the filters.
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{ds._fingerprint}|{max_len}|{max_len_ratio}|{dedup}|{langs}".encode())
-    for p in tokenizer_files(run_dir, tokenizer):
-        h.update(p.read_bytes())
-    key = h.hexdigest()
+    key = _cache_key(ds, run_dir, tokenizer, f"{max_len}|{max_len_ratio}|{dedup}|{langs}")
     repeats = duplicate_bits(ds) if dedup else None
+    features = TOKEN_FEATURES
+    if "align" in ds.column_names:
+        features = datasets.Features({**TOKEN_FEATURES, "align": ALIGN_FEATURE})
     with tempfile.TemporaryDirectory(prefix="seq2seq-tally-") as tally_dir:
         encode = _EncodeAndFilter(
             str(run_dir),
@@ -433,10 +431,6 @@ def tokenize(
             repeats=repeats,
             tally_dir=tally_dir,
         )
-
-        features = TOKEN_FEATURES
-        if "align" in ds.column_names:
-            features = datasets.Features({**TOKEN_FEATURES, "align": ALIGN_FEATURE})
 
         def run(from_cache: bool) -> datasets.Dataset:
             return ds.map(
@@ -453,20 +447,40 @@ def tokenize(
                 desc="tokenizing",
             )
 
-        out = run(from_cache=True)
-        report = _report_of(Path(tally_dir), len(ds), max_len_ratio, dedup)
-        if report is None:  # nothing (or not all) tokenized now: the cache holds the counts
-            report = _load_report(out, key)
-            if report is None or (report.read, report.kept) != (len(ds), len(out)):
-                # Counts lost, or shards left by an interrupted run: tokenize it all again.
-                for path in Path(tally_dir).glob("*.tally"):
-                    path.unlink()
-                out = run(from_cache=False)
-                report = _report_of(Path(tally_dir), len(ds), max_len_ratio, dedup)
-                _save_report(out, key, report)
-        else:
-            _save_report(out, key, report)
+        out, report = _counted(run, Path(tally_dir), key, len(ds), max_len_ratio, dedup)
     release_arrow_pages()  # the passes above mapped in whole files; the loop needs none of it
+    return out, report
+
+
+def _cache_key(
+    ds: datasets.Dataset, run_dir: Path, tokenizer: TokenizerConfig, filters: str
+) -> str:
+    """The corpus (datasets' own fingerprint of it), the tokenizer's bytes and the filters."""
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{ds._fingerprint}|{filters}".encode())
+    for p in tokenizer_files(run_dir, tokenizer):
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def _counted(
+    run, tally_dir: Path, key: str, read: int, max_len_ratio: float | None, dedup: bool
+) -> tuple[datasets.Dataset, FilterReport]:
+    """`run(from_cache)`'s split and its filter report: this call's tally, else the counts kept
+    beside the cache; a cache without them is tokenized again."""
+    out = run(from_cache=True)
+    report = _report_of(tally_dir, read, max_len_ratio, dedup)
+    if report is None:  # nothing (or not all) tokenized now: the cache holds the counts
+        report = _load_report(out, key)
+        if report is None or (report.read, report.kept) != (read, len(out)):
+            # Counts lost, or shards left by an interrupted run: tokenize it all again.
+            for path in tally_dir.glob("*.tally"):
+                path.unlink()
+            out = run(from_cache=False)
+            report = _report_of(tally_dir, read, max_len_ratio, dedup)
+            _save_report(out, key, report)
+    else:
+        _save_report(out, key, report)
     return out, report
 
 

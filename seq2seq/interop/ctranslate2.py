@@ -38,8 +38,7 @@ def _norm(spec, norm: torch.nn.LayerNorm) -> None:
 def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], special=None):
     """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies; `special`
     (SpecialIds) names its special tokens (default: the project's <s>, </s>, <unk>)."""
-    # ctranslate2 is optional (seq2seq[export]); export_ctranslate2 says so when it is missing
-    from ctranslate2.specs import common_spec, transformer_spec
+    from ctranslate2.specs import common_spec, transformer_spec  # optional: seq2seq[export]
 
     cfg = model.cfg
     activations = {
