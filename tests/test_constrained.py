@@ -8,8 +8,7 @@ import torch
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
-from seq2seq.decode.constrained import constrained_beam_search
-from seq2seq.decode.search import beam_search, decode, length_penalty
+from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
 from seq2seq.model.transformer import Transformer
 
 

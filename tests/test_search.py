@@ -21,6 +21,7 @@ from seq2seq.decode.search import (
     greedy,
     length_penalty,
 )
+from seq2seq.decode.step import POLL_STEPS
 from seq2seq.model.transformer import Transformer
 
 
@@ -249,18 +250,16 @@ def test_non_finite_scores_are_a_search_error_not_an_index_error(beam):
 
 @pytest.mark.parametrize("beam", [1, 3])
 def test_dropped_sentences_stop_within_a_poll_and_the_others_decode_as_before(beam, monkeypatch):
-    import seq2seq.decode.search as search
-
     model, src = _model(2), _sources(2)
     options = DecodeConfig(beam_size=beam, nbest=1, length_penalty=0.6, max_len_a=0.0, max_len_b=40)
     kept = decode(model, src, options)
     gone = [False, True, False]
     found = decode(model, src, options, dropped=lambda: gone)
     assert [found[0], found[2]] == [kept[0], kept[2]]
-    assert len(found[1][0].tokens) < search.POLL_STEPS  # stopped at the first poll
+    assert len(found[1][0].tokens) < POLL_STEPS  # stopped at the first poll
 
     steps = []
-    scores = search._next_token_scores
-    monkeypatch.setattr(search, "_next_token_scores", lambda *a: steps.append(1) or scores(*a))
+    step = model.decode_step
+    monkeypatch.setattr(model, "decode_step", lambda *a: steps.append(1) or step(*a))
     decode(model, src, options, dropped=lambda: [True, True, True])
-    assert len(steps) == search.POLL_STEPS  # not the 40 the caps allow
+    assert len(steps) == POLL_STEPS  # not the 40 the caps allow

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.tokenizer import SpecialIds, word_starts
-from seq2seq.decode.search import Hypothesis, length_penalty
+from seq2seq.decode.hypothesis import Hypothesis, length_penalty
 from seq2seq.errors import UserError
 from seq2seq.model.cross_attention import explicit_cross_attention
 from seq2seq.model.transformer import Transformer

@@ -17,7 +17,8 @@ from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.glossary import Glossary, check_terms, term_ids
-from seq2seq.decode.search import Hypothesis, SearchError, decode, length_penalty
+from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
+from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.errors import UserError
 from seq2seq.model.quantize import int8_device, quantize_int8
@@ -271,20 +272,16 @@ class Translator:
             if self.amp_dtype is not None
             else nullcontext()
         )
+        constrained = {"constraints": terms, "glue": self._glue()} if any(terms) else {}
         with amp:
-            if not any(terms):
-                return decode(
-                    self.model, src, self.decode, special=special, dropped=dropped, first=first
-                )
-            glue = self._glue()
             return decode(
                 self.model,
                 src,
                 self.decode,
                 special=special,
-                constraints=terms,
-                glue=glue,
+                dropped=dropped,
                 first=first,
+                **constrained,
             )
 
     def _glue(self) -> torch.Tensor:

@@ -1,0 +1,66 @@
+"""The decoder step that greedy and beam search share: starting a batch, the next token's
+scores, a forced first token, and which sentences stop (finished, or nobody waits for them)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+import torch
+
+from seq2seq.model.transformer import DecoderCache, Transformer
+
+# Which sentences of a batch nobody waits for any more (a server's client went away): asked
+# every POLL_STEPS steps, a Python call and no device sync; those sentences stop there and get
+# an empty hypothesis.
+Dropped = Callable[[], Sequence[bool]]
+POLL_STEPS = 8
+
+
+def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> torch.Tensor:
+    """Per-sentence output cap `a·src_len + b` tokens (EOS included), at most `cap`."""
+    src_lens = src_mask.sum(dim=1).float()
+    return (a * src_lens + b).floor().long().clamp(min=1, max=cap)
+
+
+def start(model, src, src_mask, a: float, b: int, beam: int = 1):
+    """Encode the batch: the decoder's cache (`beam` rows a sentence) and each output cap."""
+    memory = model.encode(src, src_mask)
+    # The BOS position takes one slot of the positional table.
+    limits = max_output_lengths(src_mask, a, b, model.cfg.max_positions - 1)
+    return model.start_decoding(memory, src_mask, beam), limits
+
+
+def next_token_scores(
+    model: Transformer, ids: torch.Tensor, cache: DecoderCache, never: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of the next token (`never`, e.g. PAD and BOS, at -inf) and their log-normaliser,
+    per row.
+
+    log p(token) = logit − logsumexp(logits). Search only needs a handful of tokens per row,
+    so it subtracts the normaliser from those instead of writing a full log-softmax.
+    """
+    logits = model.decode_step(ids, cache).float()
+    norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
+    logits.index_fill_(1, never, -math.inf)  # padding, BOS, a start token: never outputs
+    return logits, norm
+
+
+def forced(logits: torch.Tensor, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores where each row's only possible token is `first[row]`, at log-probability 0."""
+    forced = torch.full_like(logits, -math.inf).scatter_(1, first.unsqueeze(1), 0.0)
+    return forced, torch.zeros(logits.size(0), device=logits.device)
+
+
+def still_decoding(done: torch.Tensor) -> torch.Tensor:
+    """Indices of the rows not done: the step's one read-back from the device."""
+    return (~done).nonzero().squeeze(1)
+
+
+def poll_dropped(done: torch.Tensor, dropped: Dropped | None, t: int, rows: torch.Tensor):
+    """`done` [rows], with the sentences nobody waits for any more, asked every POLL_STEPS
+    steps (`rows`: original sentence indices, on the device)."""
+    if dropped is None or t % POLL_STEPS != POLL_STEPS - 1:
+        return done
+    gone = torch.tensor(list(dropped()), dtype=torch.bool)
+    return done | gone.to(rows.device, non_blocking=True)[rows]
