@@ -94,3 +94,43 @@ def test_terms_are_tokenized_as_words_and_unknown_pieces_are_refused():
     assert term_ids(encode, ["ab", "c"], "line 1", unk=1) == ((97, 98), (99,))
     with pytest.raises(UserError, match="line 3: target term 'az'"):
         term_ids(encode, ["az"], "line 3", unk=1)
+
+
+def test_a_dotless_turkish_i_is_another_letter_and_never_an_error():
+    glossary = make_glossary([("in", "dans")])
+    assert glossary.terms_in("Yarın gidiyorum.") == []
+    assert glossary.terms_in("Yarın in Ankara.") == ["dans"]
+
+
+@pytest.mark.parametrize(
+    "term, sentence",
+    [
+        ("Straße", "Die Straße ist lang."),
+        ("Straße", "DIE STRASSE IST LANG."),
+        ("İstanbul", "İstanbul büyük."),
+        ("İstanbul", "İSTANBUL BÜYÜK."),
+        ("ﬁle", "Open the ﬁle."),
+        ("ﬁle", "Open the FILE."),
+        ("file", "Open the ﬁle."),
+        ("café", "Un cafe\u0301 noir."),  # the same letter, decomposed
+        ("server", "The ｓｅｒｖｅｒ is down."),  # fullwidth
+    ],
+)
+def test_a_source_term_matches_its_own_spelling_and_its_unicode_case_forms(term, sentence):
+    assert make_glossary([(term, "X")]).terms_in(sentence) == ["X"]
+
+
+def test_source_terms_of_scripts_without_spaces_match_at_any_character():
+    glossary = make_glossary([("東京", "Tokyo"), ("ภาษา", "langue"), ("iPhone", "iPhone")])
+    assert glossary.terms_in("我去東京了") == ["Tokyo"]
+    assert glossary.terms_in("ฉันเรียนภาษาไทย") == ["langue"]
+    assert glossary.terms_in("ซื้อiPhoneใหม่") == ["iPhone"]
+    assert glossary.terms_in("My iPhones.") == []  # a spaced script keeps whole words
+
+
+def test_each_occurrence_is_found_with_its_span_in_the_original_sentence():
+    glossary = make_glossary([("file", "fichier"), ("İstanbul", "Istanbul")])
+    sentence = "A ﬁle from İSTANBUL,  a FILE."
+    found = glossary.find(sentence)
+    assert [sentence[a:b] for a, b, _ in found] == ["ﬁle", "İSTANBUL", "FILE"]
+    assert [target for _, _, target in found] == ["fichier", "Istanbul", "fichier"]

@@ -1,9 +1,11 @@
 """Terminology: a glossary of `source term<TAB>target term` pairs, which source terms occur in a
 sentence, and the per-sentence target-term constraints that constrained search must keep.
 
-Case rule: a source term matches whole words of a sentence, ignoring case (`Casefold`:
-"Server" and "SERVER" both match the term "server"); where terms overlap, the longest one
-starting first wins. The target term is forced exactly as written, case included.
+Case rule: a source term matches whole words of a sentence, the sentence and the term folded
+alike (`term_index`: NFKC and casefold, so "Server", "SERVER" and "ｓｅｒｖｅｒ" all match
+"server", and "STRASSE" matches "Straße"); in scripts written without spaces (Chinese,
+Japanese, Thai…) it matches at any character. Where terms overlap, the longest one starting
+first wins. The target term is forced exactly as written, case included.
 
 Constraints may also be given directly, one JSON list of target terms per input line
 (`--constraints`): `["ordinateur portable", "clé USB"]`, `[]` for none.
@@ -13,12 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from seq2seq.decode.term_index import TermIndex, term_key, text_units
 from seq2seq.errors import UserError
 
-MAX_GLOSSARY_PAIRS = 20_000  # one regex of alternatives; more is slow to match per sentence
+MAX_GLOSSARY_PAIRS = 20_000  # each is a path in the term index, built when the glossary is read
 MAX_TERM_CHARS = 200
 MAX_CONSTRAINTS = 16  # per sentence: each is a bank of the beam and a column of its state
 MAX_TERM_TOKENS = 32
@@ -27,28 +30,47 @@ MAX_TERM_TOKENS = 32
 _WORD = r"\w"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Glossary:
-    """Source term → target term pairs, with the pattern that finds source terms."""
+    """Source term → target term pairs, with the index that finds source terms; `base`: a
+    glossary under this one (a server's), whose terms count too unless this one gives the
+    same source term."""
 
     pairs: tuple[tuple[str, str], ...]
-    pattern: re.Pattern | None
-    targets: dict[str, str]  # casefolded source term → target term
+    targets: dict[tuple[str, ...], str]  # folded source term (its units) → target term
+    index: TermIndex = field(repr=False)
+    base: Glossary | None = None
 
     def terms_in(self, sentence: str) -> list[str]:
         """The target terms whose source term occurs in `sentence`, in order, each once."""
-        if self.pattern is None:
-            return []
         found: list[str] = []
-        for m in self.pattern.finditer(sentence):
-            target = self.targets[_key(m.group())]
+        for _, _, target in self.find(sentence):
             if target not in found:
                 found.append(target)
         return found
 
-
-def _key(term: str) -> str:
-    return " ".join(term.casefold().split())
+    def find(self, sentence: str) -> list[tuple[int, int, str]]:
+        """Each source term occurrence as (start, end, target term), spans of `sentence`,
+        left to right; the longest where several start at one place."""
+        symbols, starts, ends = text_units(sentence)
+        if not symbols:
+            return []
+        best = [(0, "")] * len(symbols)  # (units, target) of the longest term at each unit
+        layer: Glossary | None = self
+        while layer is not None:  # the upper layer first: it wins a tie (the same term)
+            for at, k in enumerate(layer.index.longest_at(symbols)):
+                if k >= 0 and layer.index.lengths[k] > best[at][0]:
+                    best[at] = (layer.index.lengths[k], layer.pairs[k][1])
+            layer = layer.base
+        out, at = [], 0
+        while at < len(symbols):
+            length, target = best[at]
+            if length:
+                out.append((starts[at], ends[at + length - 1], target))
+                at += length
+            else:
+                at += 1
+        return out
 
 
 def make_glossary(
@@ -61,18 +83,18 @@ def make_glossary(
             f"{origin}: {len(pairs)} term pairs; at most {MAX_GLOSSARY_PAIRS} are supported"
         )
     places = places or [f"{origin}[{i}]" for i in range(len(pairs))]
-    targets: dict[str, str] = {}
+    targets: dict[tuple[str, ...], str] = {}
     kept: list[tuple[str, str]] = []
     for where, (source, target) in zip(places, pairs):
         source, target = " ".join(source.split()), " ".join(target.split())
         _check_term(source, target, where)
-        key = _key(source)
+        key = term_key(source)
         if key in targets and targets[key] != target:
             raise UserError(f"{where}: source term {source!r} is already given as {targets[key]!r}")
         if key not in targets:
             targets[key] = target
             kept.append((source, target))
-    return Glossary(tuple(kept), _pattern(list(targets)), targets)
+    return Glossary(tuple(kept), targets, TermIndex(list(targets)))
 
 
 def _check_term(source: str, target: str, where: str) -> None:
@@ -82,15 +104,6 @@ def _check_term(source: str, target: str, where: str) -> None:
     for side, term in (("source", source), ("target", target)):
         if len(term) > MAX_TERM_CHARS:
             raise UserError(f"{where}: the {side} term is over {MAX_TERM_CHARS} characters")
-
-
-def _pattern(keys: list[str]) -> re.Pattern | None:
-    if not keys:
-        return None
-    # Longest first, so "data base" wins over "data" where both start; spaces match any run.
-    alts = [r"\s+".join(map(re.escape, k.split())) for k in sorted(keys, key=len, reverse=True)]
-    body = "|".join(alts)
-    return re.compile(rf"(?<!{_WORD})(?:{body})(?!{_WORD})", re.IGNORECASE)
 
 
 def read_glossary(path: Path) -> Glossary:
@@ -195,6 +208,6 @@ def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str)
     extra = make_glossary(pairs, origin=origin)
     if base is None:
         return extra
-    own = {_key(source) for source, _ in extra.pairs}
-    kept = [(s, t) for s, t in base.pairs if _key(s) not in own]
+    own = {term_key(source) for source, _ in extra.pairs}
+    kept = [(s, t) for s, t in base.pairs if term_key(s) not in own]
     return make_glossary(kept + list(extra.pairs), origin=origin)
