@@ -134,3 +134,24 @@ def test_each_occurrence_is_found_with_its_span_in_the_original_sentence():
     found = glossary.find(sentence)
     assert [sentence[a:b] for a, b, _ in found] == ["ﬁle", "İSTANBUL", "FILE"]
     assert [target for _, _, target in found] == ["fichier", "Istanbul", "fichier"]
+
+
+def test_a_100_kb_punctuation_sentence_is_searched_for_20000_source_terms_in_under_2_s():
+    import time
+
+    glossary = make_glossary([(f"term{i} word{i % 97}", f"terme{i}") for i in range(20_000)])
+    start = time.perf_counter()
+    assert glossary.terms_in("." * 100_000) == []
+    assert glossary.terms_in(". " * 50_000 + "term7 word7") == ["terme7"]
+    assert time.perf_counter() - start < 2
+
+
+def test_a_full_server_glossary_takes_a_requests_pairs_as_it_is():
+    from seq2seq.decode.glossary import MAX_GLOSSARY_PAIRS, with_pairs
+
+    base = make_glossary([(f"term{i}", f"terme{i}") for i in range(MAX_GLOSSARY_PAIRS)])
+    merged = with_pairs(base, [("Term5", "cinq"), ("cat", "chat")], origin="glossary")
+    assert merged.base is base  # not rebuilt for each request
+    assert merged.terms_in("term5, term6 and a cat") == ["cinq", "terme6", "chat"]
+    again = with_pairs(base, [("Term5", "cinq"), ("cat", "chat")], origin="glossary")
+    assert again.index is merged.index  # the same request glossary is built once

@@ -25,7 +25,7 @@ from seq2seq.cli.app import app
 from seq2seq.config import with_changes
 from seq2seq.decode.translator import load_translator
 from seq2seq.serve.server import listening_socket
-from tests.conftest import train_from
+from tests.runs import train_from
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -626,3 +626,18 @@ def test_a_request_is_answered_without_asyncio_timeout_which_python_3_10_lacks(
     with _in_process(run_dir, monkeypatch) as client:
         answer = client.post("/translate", json={"text": TEXTS[0]})
     assert answer.status_code == 200, answer.text
+
+
+def test_a_text_of_more_characters_than_the_token_limit_can_hold_is_refused_unread(server):
+    # One "word" to the word count: only its characters tell it is far over the limit.
+    start = time.monotonic()
+    answer = server.translate(text="." * 400_000)
+    assert time.monotonic() - start < 2
+    assert answer.status_code == 413
+    error = answer.json()
+    assert error["field"] == "text"
+    assert re.fullmatch(
+        rf"text has 400000 characters besides spaces; at most \d+ a request \(as many as "
+        rf"{MAX_TOKENS} source tokens can hold\)",
+        error["error"],
+    )

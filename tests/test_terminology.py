@@ -53,8 +53,8 @@ def test_translate_with_constraints_keeps_the_terms_given_per_line(trained_tiny_
 
 
 def test_each_glossary_term_goes_with_the_sentence_holding_its_source_term(trained_tiny_run):
-    translator, _ = load_translator(trained_tiny_run, device="cpu")
-    translator.glossary = make_glossary([("umbrella", "parapluie"), ("chair", "chaise")])
+    glossary = make_glossary([("umbrella", "parapluie"), ("chair", "chaise")])
+    translator, _ = load_translator(trained_tiny_run, device="cpu", glossary=glossary)
     (source,) = translator.prepare(["The umbrella is blue. You want one chair."])
     assert len(source.segments) == 2
     expected = translator.tokenizer.encode_tgt(["parapluie", "chaise"])
@@ -120,8 +120,7 @@ def _app(run, glossary=None):
 
     from seq2seq.serve import app as serve_app
 
-    translator, path = load_translator(run, device="cpu")
-    translator.glossary = glossary
+    translator, path = load_translator(run, device="cpu", glossary=glossary)
     cfg = serve_app.ServeConfig()
     info = serve_app.run_info(run, path, translator, cfg)
     return TestClient(serve_app.create_app(translator, info, cfg))
@@ -184,3 +183,17 @@ def test_serve_with_a_bad_glossary_file_is_one_error_line(trained_tiny_run, tmp_
         result.output.strip()
         == f"error: {terms}:1: no tab; each line is `source term<TAB>target term`"
     )
+
+
+def test_serve_answers_a_100_kb_punctuation_text_at_once_with_a_20000_pair_glossary(
+    trained_tiny_run,
+):
+    import time
+
+    glossary = make_glossary([(f"term{i} word{i % 97}", f"terme{i}") for i in range(20_000)])
+    with _app(trained_tiny_run, glossary) as client:
+        start = time.perf_counter()
+        answer = client.post("/translate", json={"text": "." * 100_000})
+        seconds = time.perf_counter() - start
+    assert answer.status_code in (200, 413), answer.text
+    assert seconds < 2

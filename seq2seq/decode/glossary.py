@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 from seq2seq.decode.term_index import TermIndex, term_key, text_units
@@ -204,10 +205,12 @@ def term_use(hypotheses: list[str], terms: list[list[str]]) -> dict[str, float]:
 
 def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str) -> Glossary:
     """`base` (a server's default glossary) with `pairs` added; a pair's source term given
-    in both takes the target of `pairs`."""
-    extra = make_glossary(pairs, origin=origin)
-    if base is None:
-        return extra
-    own = {term_key(source) for source, _ in extra.pairs}
-    kept = [(s, t) for s, t in base.pairs if term_key(s) not in own]
-    return make_glossary(kept + list(extra.pairs), origin=origin)
+    in both takes the target of `pairs`. `base` is used as it is, not rebuilt, and the glossary
+    of the same `pairs` is built once for many requests."""
+    extra = _cached_glossary(tuple((s, t) for s, t in pairs), origin)
+    return extra if base is None else replace(extra, base=base)
+
+
+@lru_cache(maxsize=64)
+def _cached_glossary(pairs: tuple[tuple[str, str], ...], origin: str) -> Glossary:
+    return make_glossary(list(pairs), origin=origin)

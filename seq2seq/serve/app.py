@@ -11,7 +11,6 @@ answers, so /health and /metrics answer while a request is parsed or a batch dec
 # optional extra).
 
 import asyncio
-import copy
 import logging
 import math
 import time
@@ -23,6 +22,7 @@ from typing import Any
 
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
+from seq2seq.decode.annotate import translate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
@@ -40,6 +40,7 @@ from seq2seq.serve.schema import (
     RequestLimits,
     TranslateBody,
     TranslateRequest,
+    check_characters,
     check_source_tokens,
     parse_translate_request,
     request_glossary,
@@ -63,11 +64,7 @@ def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
     def decode(sources: list[Source], options: DecodeConfig, wanted) -> list[Hypotheses]:
-        # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
-        # holds; only its decode settings change.
-        t = copy.copy(translator)
-        t.decode = options
-        return t.translate_sources(sources, wanted)
+        return translate_sources(translator.with_decode(options), sources, wanted)
 
     return decode
 
@@ -89,6 +86,12 @@ def prepare_languages(
         )
     except UserError as e:
         raise RequestError(422, "glossary", str(e)) from None
+
+
+def longest_piece(translator: Translator) -> int:
+    """Characters in the longest source piece: the most one token can stand for."""
+    pieces = translator.tokenizer.src_vocabulary()
+    return max((len(p.lstrip("▁")) for p in pieces), default=1) or 1
 
 
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
@@ -229,12 +232,14 @@ def _add_translate_route(
 
     defaults = translator.decode  # what a request does not choose, the run's settings decide
     schema = TranslateBody.model_json_schema()
+    piece_chars = longest_piece(translator)
 
     def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
         # On a worker thread: a large body takes a while to parse, split and encode, and the
         # event loop must go on answering /health meanwhile. Encoded once, here, for the
         # decoder too.
         req = parse_translate_request(body, limits, defaults)
+        check_characters(req, limits, piece_chars)
         try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422
             glossary = request_glossary(req, translator.glossary)
         except UserError as e:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.config import DecodeConfig
-from seq2seq.decode.glossary import Glossary, make_glossary
+from seq2seq.decode.glossary import Glossary, with_pairs
 from seq2seq.errors import UserError
 from seq2seq.serve.batcher import Hypotheses
 
@@ -220,8 +220,8 @@ def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, 
             raise RequestError(
                 422, f"glossary[{i}]", f"glossary[{i}] is a [source term, target term] pair"
             )
-    try:
-        make_glossary([(a, b) for a, b in pairs], origin="glossary")
+    try:  # built here once: request_glossary finds it again
+        with_pairs(None, [(a, b) for a, b in pairs], origin="glossary")
     except UserError as e:
         raise RequestError(422, "glossary", str(e)) from None
     return [(a, b) for a, b in pairs]
@@ -229,11 +229,26 @@ def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, 
 
 def request_glossary(req: TranslateRequest, default: Glossary | None) -> Glossary | None:
     """The glossary a request decodes with: the server's, with the request's pairs added."""
-    from seq2seq.decode.glossary import with_pairs
-
     if req.glossary is None:
         return default
     return with_pairs(default, req.glossary, origin="glossary")
+
+
+def check_characters(req: TranslateRequest, limits: RequestLimits, piece_chars: int) -> None:
+    """Refuse texts with more characters (spaces aside) than the token limit can hold, tokens
+    being at most `piece_chars` characters long: a megabyte of punctuation is one "word" to the
+    word count, and would otherwise reach the glossary, sentence splitting and encoding."""
+    # Twice: Unicode normalization may join two characters (a letter and its accent) into one.
+    limit = limits.max_tokens * piece_chars * 2
+    chars = sum(len("".join(line.split())) for line in req.lines)
+    if chars > limit:
+        name = "text" if req.single else "texts"
+        raise RequestError(
+            413,
+            name,
+            f"{name} has {chars} characters besides spaces; at most {limit} a request (as many "
+            f"as {limits.max_tokens} source tokens can hold)",
+        )
 
 
 def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimits) -> None:
