@@ -11,6 +11,7 @@ answers, so /health and /metrics answer while a request is parsed or a batch dec
 # optional extra).
 
 import asyncio
+import copy
 import logging
 import math
 import time
@@ -22,7 +23,6 @@ from typing import Any
 
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
-from seq2seq.decode.annotate import translate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
@@ -64,7 +64,11 @@ def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
     def decode(sources: list[Source], options: DecodeConfig, wanted) -> list[Hypotheses]:
-        return translate_sources(translator.with_decode(options), sources, wanted)
+        # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
+        # holds; only its decode settings change.
+        t = copy.copy(translator)
+        t.decode = options
+        return t.translate_sources(sources, wanted)
 
     return decode
 
