@@ -81,3 +81,14 @@ def load_raw_weights(model: nn.Module, raw: dict[str, torch.Tensor]) -> None:
         raise KeyError(f"raw weights name parameters the model lacks: {unknown[:3]}")
     for n, r in raw.items():
         params[n].copy_(r)
+
+
+@contextmanager
+def handed_on(ema: WeightEMA | None, model: nn.Module) -> Iterator[dict[str, torch.Tensor] | None]:
+    """The weights a run hands on, in the model inside: their EMA when there is one (yielding
+    the raw weights, which resume needs), else the weights as they are (yielding None)."""
+    if ema is None:
+        yield None
+        return
+    with ema.applied(model) as raw:
+        yield raw

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from seq2seq.run.runlog import memory
+from seq2seq.run.runlog import MetricsLog, memory
 from seq2seq.train import distributed
 
 
@@ -70,3 +70,11 @@ class LogWindow:
         self.tokens = 0.0
         self.local_tokens = 0
         self.start = time.perf_counter()
+
+    def write(self, metrics: MetricsLog, step: int, info: distributed.Dist, epoch: int) -> str:
+        """Write the window's train record at `step` and start a new window; return its
+        summary for the progress bar."""
+        record, summary = self.record(info, epoch)
+        metrics.write(step, record)
+        self.reset()
+        return summary

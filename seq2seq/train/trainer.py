@@ -2,31 +2,31 @@
 checkpoints and logs. One function, `train`, takes a validated Config and does the whole job,
 in one process or in each of the processes `torchrun` starts.
 
-Set-up and resume are in training_setup, the saved trainer state in train_state, validation
-and the best checkpoint in validation, skipped updates in nonfinite, train records in
-train_log; what is here is the loop that ties them together."""
+Set-up and resume are in setup, the saved trainer state in state, each update's batches in
+feed, validation and the best checkpoint in validation, skipped updates in nonfinite, train
+records in log; what is here is the loop that ties them together."""
 
 from __future__ import annotations
 
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
 from seq2seq.config import Config
-from seq2seq.data.batching import Batch, epoch_batches, loader, update_groups
-from seq2seq.data.corpus import lengths
+from seq2seq.data.batching import Batch
 from seq2seq.decode.translator import Translator
-from seq2seq.errors import UserError
 from seq2seq.model.transformer import build_model
 from seq2seq.run.checkpoint import prune, save_checkpoint
 from seq2seq.run.rundir import InitFrom
 from seq2seq.runtime import resolve_device
 from seq2seq.train import distributed, elastic
+from seq2seq.train.ema import handed_on
+from seq2seq.train.feed import UpdateFeed
 from seq2seq.train.log import LogWindow
 from seq2seq.train.nonfinite import NonFinite
 from seq2seq.train.progress import TrainingBar
@@ -138,12 +138,7 @@ class _Loop:
             metrics=t.metrics,
             translate_final=translate_final,
         )
-        self.src_lens, self.tgt_lens = lengths(t.data.train)  # tgt_len: target tokens + EOS
-        wanted = ["src_ids", "tgt_ids"] + (["align"] if self.tc.alignment is not None else [])
-        self.token_ds = t.data.train.select_columns(wanted)
-        cuda = t.device.type == "cuda"
-        self.workers = self.tc.num_workers if self.tc.num_workers is not None else int(cuda)
-        self.pin = cuda
+        self.feed = UpdateFeed(t)
         self.window = LogWindow(t.device)
         # A resumed run starts at a saved (and, if it was the last step, validated) step.
         self._last_eval_step = self._last_save_step = t.state.step if t.state.step else -1
@@ -169,7 +164,7 @@ class _Loop:
         self.model.train()
         stop = st.step >= tc.max_steps
         try:
-            updates = self._updates()
+            updates = self.feed.updates(st)
             while not stop:
                 update = next(updates, None)
                 if update is None:
@@ -180,7 +175,9 @@ class _Loop:
                     continue  # skipped: no new step to log, validate or save
                 bar.advance(st.step)
                 if st.step % tc.log_every == 0:
-                    bar.set_postfix_str(self._log_train())
+                    bar.set_postfix_str(
+                        self.window.write(self.metrics, st.step, self.info, st.epoch)
+                    )
                 if st.step % tc.eval_every == 0 and self._validate():
                     stop = True
                 if st.step % tc.save_every == 0:
@@ -215,46 +212,6 @@ class _Loop:
         if finishing and elastic.on_main(lambda: self.validator.finish(st), self.info):
             self._save()  # again: the step's saved state must know the new best, for --resume
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
-
-    def _updates(self) -> Iterator[tuple[list[Batch], int]]:
-        """This process's micro-batches for each update, from the saved data position on, with
-        the target tokens of the whole update (every process's batches): the loss is a mean
-        over them. Batches are a pure function of the lengths, so no process need ask."""
-        st, tc, info = self.state, self.tc, self.info
-        while tc.max_epochs is None or st.epoch < tc.max_epochs:
-            batches = _epoch_batches(self.training, self.src_lens, self.tgt_lens, st.epoch)
-            needed = info.world_size * tc.update_freq
-            if len(batches) < needed:
-                raise UserError(
-                    f"an epoch has {len(batches)} batches but one update needs {needed} "
-                    f"({info.world_size} processes × update_freq {tc.update_freq}); "
-                    "lower train.max_tokens or update_freq, or use more data"
-                )
-            groups = update_groups(
-                len(batches),
-                st.batch_in_epoch,
-                world_size=info.world_size,
-                rank=info.rank,
-                update_freq=tc.update_freq,
-            )
-            mine = [batches[i] for _, indices in groups for i in indices]
-            batch_iter = iter(
-                loader(
-                    self.token_ds,
-                    mine,
-                    workers=self.workers,
-                    pin=self.pin,
-                    ids=self.data.tokenizer.ids,
-                )
-            )
-            first = st.batch_in_epoch
-            for end, indices in groups:
-                micro = [next(batch_iter) for _ in indices]
-                tokens = sum(int(self.tgt_lens[b].sum()) for b in batches[first:end])
-                st.batch_in_epoch = first = end
-                yield micro, tokens
-            st.epoch += 1
-            st.batch_in_epoch = 0
 
     def _update(self, micro: list[Batch], global_tokens: int) -> bool:
         """One optimizer step over this process's micro-batches (none if the loss or gradient is
@@ -317,12 +274,6 @@ class _Loop:
 
     # ------------------------------------------------------------------ logs, validation, saving
 
-    def _log_train(self) -> str:
-        record, summary = self.window.record(self.info, self.state.epoch)
-        self.metrics.write(self.state.step, record)
-        self.window.reset()
-        return summary
-
     def _validate(self) -> bool:
         """Validate on rank 0 (the others wait); True when early stopping says stop."""
         self._last_eval_step = self.state.step
@@ -331,7 +282,7 @@ class _Loop:
             if self.data.valid is None:
                 return False
             start = time.perf_counter()
-            with self._handed_on():
+            with handed_on(self.training.ema, self.model):
                 stop = self.validator.validate(self.state)
             self.window.pause(time.perf_counter() - start)  # tok/s counts training only
             return stop
@@ -341,44 +292,23 @@ class _Loop:
     def _save(self) -> None:
         self._last_save_step = self.state.step
         rng = distributed.gather(rng_state(), self.info)  # every process's dropout stream
-
-        def write() -> None:
-            with self._handed_on() as raw:
-                state = snapshot(
-                    state=self.state,
-                    optimizer=self.optimizer,
-                    scheduler=self.scheduler,
-                    scaler=self.scaler,
-                    rng=rng,
-                    raw_weights=raw,
-                )
-                save_checkpoint(self.run_dir, self.state.step, self.model, state)
-            prune(self.run_dir, self.tc.keep_last)
-
-        elastic.on_main(write, self.info)
-
-    @contextmanager
-    def _handed_on(self) -> Iterator[dict | None]:
-        """The weights a run hands on, in the model inside: their EMA when train.ema_decay is
-        set (yielding the raw weights, which resume needs), else the weights as they are."""
-        if self.training.ema is None:
-            yield None
-            return
-        with self.training.ema.applied(self.model) as raw:
-            yield raw
+        elastic.on_main(lambda: _write_checkpoint(self.training, rng), self.info)
 
 
-def _epoch_batches(t: Training, src_lens, tgt_lens, epoch: int) -> list:
-    """One epoch's batches, directions mixed as data.pairs and data.temperature say."""
-    return epoch_batches(
-        src_lens,
-        tgt_lens,
-        max_tokens=t.cfg.train.max_tokens,
-        seed=t.cfg.train.seed,
-        epoch=epoch,
-        parts=[p.rows for p in t.data.train_parts],
-        temperature=t.cfg.data.temperature,
-    )
+def _write_checkpoint(t: Training, rng: list[dict]) -> None:
+    """Save the step's weights (their EMA, when kept) and trainer state; prune old steps."""
+    run_dir = Path(t.cfg.run_dir)
+    with handed_on(t.ema, t.model) as raw:
+        state = snapshot(
+            state=t.state,
+            optimizer=t.optimizer,
+            scheduler=t.scheduler,
+            scaler=t.scaler,
+            rng=rng,
+            raw_weights=raw,
+        )
+        save_checkpoint(run_dir, t.state.step, t.model, state)
+    prune(run_dir, t.cfg.train.keep_last)
 
 
 def accumulate_gradients(

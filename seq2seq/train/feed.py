@@ -1,0 +1,79 @@
+"""The batches a training run feeds each update: this process's share of an epoch's batches,
+from the saved data position on, epoch after epoch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from seq2seq.data.batching import Batch, epoch_batches, loader, update_groups
+from seq2seq.data.corpus import lengths
+from seq2seq.errors import UserError
+from seq2seq.train.setup import Training
+from seq2seq.train.state import TrainState
+
+
+class UpdateFeed:
+    """The training split's lengths and token columns, and the loader settings that read it."""
+
+    def __init__(self, training: Training):
+        t = self.training = training
+        tc = t.cfg.train
+        self.src_lens, self.tgt_lens = lengths(t.data.train)  # tgt_len: target tokens + EOS
+        wanted = ["src_ids", "tgt_ids"] + (["align"] if tc.alignment is not None else [])
+        self.token_ds = t.data.train.select_columns(wanted)
+        cuda = t.device.type == "cuda"
+        self.workers = tc.num_workers if tc.num_workers is not None else int(cuda)
+        self.pin = cuda
+
+    def updates(self, st: TrainState) -> Iterator[tuple[list[Batch], int]]:
+        """This process's micro-batches for each update, from the saved data position on, with
+        the target tokens of the whole update (every process's batches): the loss is a mean
+        over them. Batches are a pure function of the lengths, so no process need ask."""
+        tc, info = self.training.cfg.train, self.training.info
+        while tc.max_epochs is None or st.epoch < tc.max_epochs:
+            batches = self.epoch_batches(st.epoch)
+            needed = info.world_size * tc.update_freq
+            if len(batches) < needed:
+                raise UserError(
+                    f"an epoch has {len(batches)} batches but one update needs {needed} "
+                    f"({info.world_size} processes × update_freq {tc.update_freq}); "
+                    "lower train.max_tokens or update_freq, or use more data"
+                )
+            groups = update_groups(
+                len(batches),
+                st.batch_in_epoch,
+                world_size=info.world_size,
+                rank=info.rank,
+                update_freq=tc.update_freq,
+            )
+            mine = [batches[i] for _, indices in groups for i in indices]
+            batch_iter = iter(
+                loader(
+                    self.token_ds,
+                    mine,
+                    workers=self.workers,
+                    pin=self.pin,
+                    ids=self.training.data.tokenizer.ids,
+                )
+            )
+            first = st.batch_in_epoch
+            for end, indices in groups:
+                micro = [next(batch_iter) for _ in indices]
+                tokens = sum(int(self.tgt_lens[b].sum()) for b in batches[first:end])
+                st.batch_in_epoch = first = end
+                yield micro, tokens
+            st.epoch += 1
+            st.batch_in_epoch = 0
+
+    def epoch_batches(self, epoch: int) -> list:
+        """One epoch's batches, directions mixed as data.pairs and data.temperature say."""
+        t = self.training
+        return epoch_batches(
+            self.src_lens,
+            self.tgt_lens,
+            max_tokens=t.cfg.train.max_tokens,
+            seed=t.cfg.train.seed,
+            epoch=epoch,
+            parts=[p.rows for p in t.data.train_parts],
+            temperature=t.cfg.data.temperature,
+        )
