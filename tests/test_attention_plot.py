@@ -16,8 +16,8 @@ from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.errors import UserError
 from seq2seq.model.cross_attention import cross_attention_weights
-from seq2seq.model.transformer import Transformer
 from seq2seq.report.plot import attention_cell_inches, plot_attention, plot_positions
+from tests.factories import tiny_model
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -72,7 +72,7 @@ def test_plot_with_run_still_draws_curves(tmp_path):
 
 @pytest.fixture
 def tiny(tiny_model_config):
-    model = Transformer(tiny_model_config, 40, 40, joint_vocab=True).eval()
+    model = tiny_model(tiny_model_config, 40).eval()
     src = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]])  # the second is padded
     tgt_in = torch.tensor([[1, 11, 12, 13], [1, 14, 15, 16]])
     return model, src, tgt_in

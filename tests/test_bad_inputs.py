@@ -19,10 +19,9 @@ from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
-from seq2seq.config import ModelConfig
-from seq2seq.model.transformer import Transformer
 from seq2seq.run.checkpoint import save_checkpoint
-from tests.conftest import copy_run
+from tests.factories import tiny_model, tiny_shape
+from tests.runs import copy_run
 
 
 @pytest.fixture
@@ -75,10 +74,8 @@ def _best_weights(run: Path) -> Path:
 
 
 def _other_shape_checkpoint(tmp: Path, run: Path, _) -> tuple[list[str], bytes]:
-    other = ModelConfig(
-        d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, max_positions=64
-    )
-    ckpt = save_checkpoint(tmp, 1, Transformer(other, 90, 90, joint_vocab=True), {})
+    other = tiny_model(tiny_shape(encoder_layers=1, decoder_layers=1), 90)
+    ckpt = save_checkpoint(tmp, 1, other, {})
     return ["translate", "--run", str(run), "--checkpoint", str(ckpt.weights)], b"hello\n"
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from seq2seq.errors import UserError
-from seq2seq.model.transformer import Transformer
 from seq2seq.run.checkpoint import (
     average_last,
     average_weights,
@@ -22,16 +21,13 @@ from seq2seq.run.checkpoint import (
     save_best,
     save_checkpoint,
 )
-
-
-def _model(cfg, vocab=50):
-    return Transformer(cfg, vocab, vocab, joint_vocab=True)
+from tests.factories import tiny_model
 
 
 def test_weights_round_trip_and_keep_embeddings_tied(tmp_path, tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, 50)
     ckpt = save_checkpoint(tmp_path, 7, model, {"train": {"step": 7}})
-    other = _model(tiny_model_config)
+    other = tiny_model(tiny_model_config, 50)
     load_weights(other, ckpt.weights)
     for (name, a), (_, b) in zip(model.state_dict().items(), other.state_dict().items()):
         assert torch.equal(a, b), name
@@ -40,17 +36,17 @@ def test_weights_round_trip_and_keep_embeddings_tied(tmp_path, tiny_model_config
 
 
 def test_checkpoint_of_another_shape_gets_a_mismatch_message(tmp_path, tiny_model_config):
-    ckpt = save_checkpoint(tmp_path, 1, _model(tiny_model_config, vocab=60), {})
+    ckpt = save_checkpoint(tmp_path, 1, tiny_model(tiny_model_config, 60), {})
     with pytest.raises(UserError, match=r"does not fit this model .*another vocabulary or shape"):
-        load_weights(_model(tiny_model_config, vocab=50), ckpt.weights)
+        load_weights(tiny_model(tiny_model_config, 50), ckpt.weights)
 
 
 def test_truncated_checkpoint_is_reported_as_corrupt(tmp_path, tiny_model_config):
-    ckpt = save_checkpoint(tmp_path, 1, _model(tiny_model_config), {})
+    ckpt = save_checkpoint(tmp_path, 1, tiny_model(tiny_model_config, 50), {})
     data = ckpt.weights.read_bytes()
     ckpt.weights.write_bytes(data[: len(data) // 2])
     with pytest.raises(UserError, match="not a readable checkpoint"):
-        load_weights(_model(tiny_model_config), ckpt.weights)
+        load_weights(tiny_model(tiny_model_config, 50), ckpt.weights)
 
 
 class _RunsCode:
@@ -69,7 +65,7 @@ def test_state_file_whose_pickle_would_run_code_is_refused(tmp_path, monkeypatch
 
 
 def test_incomplete_checkpoints_are_ignored_and_old_ones_pruned(tmp_path, tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, 50)
     for step in (10, 20, 30):
         save_checkpoint(tmp_path, step, model, {})
     # A crash between the state and the weights leaves a state file alone: not a checkpoint.
@@ -81,7 +77,7 @@ def test_incomplete_checkpoints_are_ignored_and_old_ones_pruned(tmp_path, tiny_m
 
 
 def test_translation_uses_the_best_checkpoint_when_there_is_one(tmp_path, tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, 50)
     latest = save_checkpoint(tmp_path, 20, model, {})
     assert best_or_latest(tmp_path) == latest.weights
     best = save_best(tmp_path, 10, model, {"bleu": 12.5, "loss": 2.0})
@@ -89,7 +85,7 @@ def test_translation_uses_the_best_checkpoint_when_there_is_one(tmp_path, tiny_m
 
 
 def test_averaged_checkpoint_is_the_mean_of_the_last_n(tmp_path, tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, 50)
     snapshots = []
     for step in (1, 2, 3, 4):
         with torch.no_grad():
@@ -99,7 +95,7 @@ def test_averaged_checkpoint_is_the_mean_of_the_last_n(tmp_path, tiny_model_conf
         save_checkpoint(tmp_path, step, model, {})
     out, steps = average_last(tmp_path, 3)
     assert steps == [2, 3, 4]
-    averaged = _model(tiny_model_config)
+    averaged = tiny_model(tiny_model_config, 50)
     load_weights(averaged, out)
     for name, value in averaged.state_dict().items():
         expected = sum(s[name] for s in snapshots[1:]) / 3
@@ -128,6 +124,6 @@ def test_averaging_keeps_integer_tensors_from_the_last_checkpoint(tmp_path):
 
 
 def test_averaging_more_checkpoints_than_kept_is_a_clear_error(tmp_path, tiny_model_config):
-    save_checkpoint(tmp_path, 1, _model(tiny_model_config), {})
+    save_checkpoint(tmp_path, 1, tiny_model(tiny_model_config, 50), {})
     with pytest.raises(UserError, match="has 1 step checkpoint.*cannot average the last 5"):
         average_last(tmp_path, 5)

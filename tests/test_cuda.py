@@ -12,14 +12,13 @@ import warnings
 import pytest
 import torch
 
-from seq2seq.config import ModelConfig
 from seq2seq.data.batching import collate, no_peek_mask, padding_mask
 from seq2seq.decode.search import beam_search, greedy
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TranslationLoss
 from seq2seq.train.trainer import accumulate_gradients
-
-from .conftest import train_tiny_run
+from tests.factories import tiny_model, tiny_shape
+from tests.runs import train_tiny_run
 
 pytestmark = [
     pytest.mark.cuda,
@@ -30,10 +29,8 @@ VOCAB = 1000
 
 
 def _model(dropout: float = 0.0, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
+    cfg = tiny_shape(
         d_model=256,
-        heads=4,
         encoder_layers=3,
         decoder_layers=3,
         ffn_dim=1024,
@@ -41,7 +38,7 @@ def _model(dropout: float = 0.0, seed: int = 0) -> Transformer:
         norm_first=True,
         max_positions=256,
     )
-    return Transformer(cfg, VOCAB, VOCAB, joint_vocab=True).cuda()
+    return tiny_model(cfg, VOCAB, seed=seed).cuda()
 
 
 def _batches(count: int, seed: int = 0) -> list:

@@ -14,8 +14,7 @@ from seq2seq.data import corpus as data
 from seq2seq.data.corpus import load_corpus, tokenize
 from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.errors import ConfigError, UserError
-
-from .conftest import write_parallel
+from tests.runs import write_parallel
 
 
 def _load(**spec):

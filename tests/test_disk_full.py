@@ -15,16 +15,13 @@ from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
 from seq2seq.config import load_config
-from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.files import atomic_write_stream
-from seq2seq.model.transformer import Transformer
 from seq2seq.run import checkpoint
-from seq2seq.run.checkpoint import list_checkpoints, load_state, load_weights
+from seq2seq.run.checkpoint import list_checkpoints, load_state
+from seq2seq.run.rundir import load_run
 from seq2seq.train import trainer
 from seq2seq.train.trainer import train
-
-from .conftest import torchrun_train, write_parallel
-from .test_numerical_faults import _config_file
+from tests.runs import torchrun_train, write_parallel, write_small_config
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = OSError(errno.ENOSPC, "No space left on device")
@@ -77,7 +74,7 @@ def _full_disk_at(monkeypatch, step: int, which: str, keep: dict) -> None:
 def test_a_full_disk_while_saving_stops_training_and_keeps_the_checkpoints_before(
     tmp_path, corpus, monkeypatch, which, suffix
 ):
-    config = _config_file(tmp_path, corpus, max_steps=6, save_every=2)
+    config = write_small_config(tmp_path, corpus, max_steps=6, save_every=2)
     before: dict[str, bytes] = {}
     _full_disk_at(monkeypatch, 4, which, before)
 
@@ -98,9 +95,7 @@ def test_a_full_disk_while_saving_stops_training_and_keeps_the_checkpoints_befor
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
     assert [c.step for c in list_checkpoints(run)] == [2]
     cfg = load_config(config)
-    tok = load_tokenizer(run, joint=True)
-    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, joint_vocab=True)
-    load_weights(model, folder / "step_00000002.safetensors")
+    load_run(run, folder / "step_00000002.safetensors")
     assert load_state(folder / "step_00000002.state.pt")["train"]["step"] == 2
 
     monkeypatch.undo()  # space freed
@@ -147,7 +142,7 @@ main()
 
 @pytest.mark.slow
 def test_every_process_stops_when_rank_0_cannot_save(tmp_path, corpus):
-    config = _config_file(tmp_path, corpus, max_steps=20, save_every=1, max_tokens=256)
+    config = write_small_config(tmp_path, corpus, max_steps=20, save_every=1, max_tokens=256)
     script = tmp_path / "rank0_disk_full.py"
     script.write_text(RANK0_DISK_FULL)
     proc = torchrun_train(script, config)

@@ -16,8 +16,7 @@ from safetensors.torch import load_file
 from seq2seq.data.batching import update_groups
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import Dist
-
-from .conftest import write_parallel
+from tests.runs import write_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 

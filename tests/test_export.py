@@ -9,8 +9,7 @@ from typer.testing import CliRunner
 from seq2seq.cli.app import app
 from seq2seq.config import run_decode
 from seq2seq.decode.translator import load_translator
-
-from .conftest import train_from
+from tests.runs import train_from
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 

@@ -7,9 +7,7 @@ import math
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
 
-from seq2seq.cli.app import app
 from seq2seq.config import ModelConfig, load_config
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.corpus import piece_links
@@ -17,15 +15,9 @@ from seq2seq.data.tokenizer import DEFAULT_IDS
 from seq2seq.decode.alignment import replay
 from seq2seq.decode.translator import load_translator
 from seq2seq.model.cross_attention import explicit_cross_attention
-from seq2seq.model.transformer import Vocabulary, build_model
 from seq2seq.train.loss import alignment_loss, head_attention
-from tests.conftest import TINY, write_parallel
-
-
-def cli(*args, code: int = 0):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == code, result.output
-    return result
+from tests.factories import tiny_model
+from tests.runs import TINY, cli, write_parallel
 
 
 class _Pieces:
@@ -60,7 +52,7 @@ def test_alignment_loss_is_cross_entropy_against_each_pieces_links():
 
 
 def test_one_heads_attention_is_that_head_of_the_layers_explicit_attention(tiny_model_config):
-    model = build_model(tiny_model_config, Vocabulary(50, 50, True)).eval()
+    model = tiny_model(tiny_model_config, 50).eval()
     src = torch.randint(4, 50, (3, 7))
     src[0, 5:] = 0  # padded keys
     mask = padding_mask(src)

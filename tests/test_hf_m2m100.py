@@ -16,16 +16,14 @@ from pathlib import Path
 import pytest
 import sentencepiece as spm
 import torch
-from typer.testing import CliRunner
 
-from seq2seq.cli.app import app
 from seq2seq.config import load_run_config
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.corpus import prepare_data
 from seq2seq.decode.search import decode
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
-from tests.conftest import write_parallel
+from tests.runs import cli, write_parallel
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 warnings.filterwarnings("ignore", message=".*sacremoses.*")
@@ -44,12 +42,6 @@ FAMILIES = {
     "nllb": ("eng_Latn", "fra_Latn", ["deu_Latn", "spa_Latn", "zho_Hans"]),
 }
 CAP = 24
-
-
-def cli(*args: str, code: int = 0):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == code, result.output
-    return result
 
 
 @pytest.fixture(scope="module")

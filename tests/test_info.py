@@ -9,12 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
-from seq2seq.config import load_run_config
-from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.model.transformer import build_model, count_parameters
+from seq2seq.model.transformer import count_parameters
 from seq2seq.report.info import best_validation
-from seq2seq.run.checkpoint import list_checkpoints, load_weights
-from tests.conftest import copy_run
+from seq2seq.run.checkpoint import list_checkpoints
+from seq2seq.run.rundir import load_run
+from tests.runs import copy_run
 
 
 @pytest.fixture
@@ -31,10 +30,8 @@ def test_json_summary_matches_the_run(run_dir):
     result = _info("--run", str(run_dir), "--json")
     assert result.exit_code == 0, result.output
     info = json.loads(result.stdout)
-    cfg = load_run_config(run_dir)
-    tokenizer = load_tokenizer(run_dir, cfg.tokenizer.joint)
-    model = build_model(cfg.model, tokenizer)
-    load_weights(model, list_checkpoints(run_dir)[-1].weights)  # the counted model is the saved one
+    saved = load_run(run_dir, list_checkpoints(run_dir)[-1].weights)  # the counted model
+    model, tokenizer = saved.model, saved.tokenizer
     assert info["parameters"] == count_parameters(model)
     assert info["model"] == {
         "d_model": 32,

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from seq2seq.cli.app import app
 from seq2seq.config import load_run_config
 from seq2seq.run.checkpoint import best_or_latest, latest_checkpoint
-from tests.conftest import train_from, write_parallel
+from tests.runs import train_from, write_parallel
 
 
 @pytest.fixture(scope="module")

@@ -5,21 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from seq2seq.cli.app import app
 from seq2seq.config import load_config, load_run_config
 from seq2seq.data.batching import epoch_batches, sampling_probabilities
 from seq2seq.data.corpus import prepare_data
 from seq2seq.decode.translator import load_translator
 from seq2seq.train.validation import bleu_rows
-from tests.conftest import TINY, write_parallel
-
-
-def cli(*args, code: int = 0):
-    result = CliRunner().invoke(app, [str(a) for a in args])
-    assert result.exit_code == code, result.output
-    return result
+from tests.runs import TINY, cli, write_parallel
 
 
 def _pairs_config(folder, demo_pairs, how: str, **data) -> object:

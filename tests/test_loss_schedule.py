@@ -7,9 +7,9 @@ import torch
 
 from seq2seq.data.batching import collate, no_peek_mask
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
 from seq2seq.train.schedule import inverse_sqrt, inverse_sqrt_scheduler
+from tests.factories import tiny_model
 
 
 def test_padding_positions_add_nothing_to_the_loss():
@@ -79,7 +79,7 @@ def test_fused_output_layer_and_loss_equal_the_reference_in_value_and_gradient(r
 
 
 def test_translation_loss_is_the_summed_smoothed_loss_of_the_models_logits(tiny_model_config):
-    model = Transformer(tiny_model_config, 50, 50, joint_vocab=True).eval()
+    model = tiny_model(tiny_model_config, 50).eval()
     batch = collate([[5, 6, 7, 2], [8, 2]], [[10, 11, 12], [13]])
     logits = model(batch.src, batch.tgt_in, batch.src_mask, no_peek_mask(batch.tgt_in))
     expected = label_smoothed_loss(logits, batch.tgt_out, 0.1)

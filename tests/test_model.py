@@ -7,17 +7,12 @@ import math
 import pytest
 import torch
 
-from seq2seq.config import ModelConfig
 from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.model.transformer import Dropout, Residual, Transformer, sinusoidal_positions
+from seq2seq.model.transformer import Dropout, Residual, sinusoidal_positions
+from tests.factories import tiny_model, tiny_shape
 
 VOCAB = 50
-
-
-def _model(cfg, **overrides) -> Transformer:
-    model = Transformer(cfg.model_copy(update=overrides), VOCAB, VOCAB, joint_vocab=True)
-    return model.eval()
 
 
 def _ids(*rows: list[int]) -> torch.Tensor:
@@ -48,7 +43,7 @@ def test_padded_keys_get_exactly_zero_attention_weight(tiny_model_config, monkey
         return real_attend(q, k, v, mask, dropout=dropout, causal=causal)
 
     monkeypatch.setattr(model_module, "attend", recording)
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])  # the second sentence has 3 padded positions
     tgt = _ids([1, 10, 11, 12], [1, 13])
     model(src, tgt, padding_mask(src), no_peek_mask(tgt))
@@ -63,7 +58,7 @@ def test_padded_keys_get_exactly_zero_attention_weight(tiny_model_config, monkey
 
 
 def test_what_padded_source_positions_hold_cannot_change_real_outputs(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 8, 9, 2], [5, 6, 2])
     tgt = _ids([1, 10, 11, 12], [1, 13, 14, 15])  # no target padding: only the source's
 
@@ -90,7 +85,7 @@ def test_no_peek_mask_hides_future_and_padded_target_tokens():
 
 
 def test_padding_does_not_change_the_outputs_of_real_positions(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     long_src, short_src = [5, 6, 7, 8, 9, 10, 2], [11, 12, 2]
     long_tgt, short_tgt = [1, 20, 21, 22, 23], [1, 24, 25]
     src, tgt = _ids(long_src, short_src), _ids(long_tgt, short_tgt)
@@ -101,7 +96,7 @@ def test_padding_does_not_change_the_outputs_of_real_positions(tiny_model_config
 
 
 def test_changing_a_future_target_token_leaves_earlier_outputs_unchanged(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 2])
     tgt = _ids([1, 10, 11, 12, 13, 14])
     changed = tgt.clone()
@@ -113,7 +108,7 @@ def test_changing_a_future_target_token_leaves_earlier_outputs_unchanged(tiny_mo
 
 
 def test_decoder_returns_logits_not_probabilities(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src, tgt = _ids([5, 6, 7, 2]), _ids([1, 10, 11])
     out = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
     assert out.shape == (1, 3, VOCAB)
@@ -132,7 +127,7 @@ def test_residual_adds_the_sublayer_output_to_its_input(norm_first):
 
 
 def test_cross_attention_queries_are_the_self_attention_blocks_output(tiny_model_config):
-    model = _model(tiny_model_config, norm_first=False)
+    model = tiny_model(tiny_shape(norm_first=False), VOCAB).eval()
     layer = model.decoder_layers[0]
     seen = {}
     layer.self_block.register_forward_hook(lambda m, i, o: seen.__setitem__("self_out", o))
@@ -143,31 +138,29 @@ def test_cross_attention_queries_are_the_self_attention_blocks_output(tiny_model
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     ids = torch.tensor([[7, 8]])
     expected = model.src_embed(ids) * math.sqrt(32) + sinusoidal_positions(2, 32)
     assert torch.allclose(model.embed(model.src_embed, ids), expected)
 
 
 def test_joint_vocabulary_ties_source_target_and_output_embeddings(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     assert model.src_embed.weight is model.tgt_embed.weight is model.output.weight
-    separate = Transformer(tiny_model_config, 40, 50, joint_vocab=False)
+    separate = tiny_model(tiny_model_config, 40, 50)
     assert separate.tgt_embed.weight is separate.output.weight
     assert separate.src_embed.weight is not separate.tgt_embed.weight
 
 
 def test_model_follows_dtype_and_device_moves(tiny_model_config):
-    model = _model(tiny_model_config).to(torch.float64)
+    model = tiny_model(tiny_model_config, VOCAB).eval().to(torch.float64)
     src, tgt = _ids([5, 6, 2]), _ids([1, 9])
     out = model(src, tgt, padding_mask(src), no_peek_mask(tgt))
     assert out.dtype == torch.float64
 
 
 def test_pre_norm_model_trains_on_a_copy_task(tiny_model_config):
-    model = Transformer(
-        tiny_model_config.model_copy(update={"norm_first": True}), VOCAB, VOCAB, True
-    )
+    model = tiny_model(tiny_shape(norm_first=True), VOCAB)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     src = torch.randint(4, VOCAB, (16, 6))
     tgt_in = torch.cat([torch.ones(16, 1, dtype=torch.long), src[:, :-1]], dim=1)
@@ -185,18 +178,8 @@ def test_pre_norm_model_trains_on_a_copy_task(tiny_model_config):
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_cached_step_by_step_decoding_equals_recomputing_the_prefix(norm_first, seed):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        d_model=32,
-        heads=4,
-        encoder_layers=2,
-        decoder_layers=3,
-        ffn_dim=48,
-        dropout=0.1,
-        norm_first=norm_first,
-        max_positions=64,
-    )
-    model = Transformer(cfg, VOCAB, VOCAB, joint_vocab=True).eval()
+    cfg = tiny_shape(decoder_layers=3, ffn_dim=48, dropout=0.1, norm_first=norm_first)
+    model = tiny_model(cfg, VOCAB, seed=seed).eval()
     lengths = [7, 3, 5]  # padding in the batch
     src = _ids(*[torch.randint(4, VOCAB, (n - 1,)).tolist() + [2] for n in lengths])
     tgt = torch.cat([torch.ones(3, 1, dtype=torch.long), torch.randint(4, VOCAB, (3, 8))], 1)
@@ -210,7 +193,7 @@ def test_cached_step_by_step_decoding_equals_recomputing_the_prefix(norm_first, 
 
 
 def test_a_kept_and_reordered_cache_continues_the_selected_sentences(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 2], [8, 9, 2])
     src_mask = padding_mask(src)
     cache = model.start_decoding(model.encode(src, src_mask), src_mask)
@@ -226,7 +209,7 @@ def test_a_kept_and_reordered_cache_continues_the_selected_sentences(tiny_model_
 
 
 def test_beams_moving_within_their_sentence_continue_the_prefixes_they_took(tiny_model_config):
-    model = _model(tiny_model_config)
+    model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 2], [8, 9, 2])
     src_mask = padding_mask(src)
     cache = model.start_decoding(model.encode(src, src_mask), src_mask, beam=2)

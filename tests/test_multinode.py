@@ -24,8 +24,7 @@ from seq2seq.data.corpus import prepare_data
 from seq2seq.errors import UserError
 from seq2seq.train import elastic
 from seq2seq.train.distributed import Dist
-
-from .conftest import write_parallel
+from tests.runs import write_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 

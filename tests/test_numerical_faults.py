@@ -13,21 +13,18 @@ from pathlib import Path
 
 import pytest
 import torch
-import yaml
 from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
 from seq2seq.config import load_config
-from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.model.transformer import Transformer
-from seq2seq.run.checkpoint import latest_checkpoint, load_state, load_weights
+from seq2seq.run.checkpoint import latest_checkpoint, load_state
+from seq2seq.run.rundir import load_run
 from seq2seq.train import setup as training_setup
 from seq2seq.train.loss import TranslationLoss
 from seq2seq.train.schedule import inverse_sqrt_scheduler
 from seq2seq.train.trainer import train
-
-from .conftest import torchrun_train, write_parallel
+from tests.runs import torchrun_train, write_parallel, write_small_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -35,37 +32,6 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture
 def corpus(tmp_path, demo_pairs) -> tuple[Path, Path]:
     return write_parallel(tmp_path, "train", demo_pairs[:1000])
-
-
-def _config_file(tmp_path: Path, corpus, run: str = "run", **train_keys) -> Path:
-    src, tgt = corpus
-    data = {
-        "run_dir": str(tmp_path / run),
-        "data": {"train": {"src": str(src), "tgt": str(tgt)}, "max_len": 48},
-        "tokenizer": {"vocab_size": 300},
-        "model": {
-            "d_model": 32,
-            "heads": 2,
-            "encoder_layers": 1,
-            "decoder_layers": 1,
-            "ffn_dim": 64,
-            "dropout": 0.1,
-            "max_positions": 64,
-        },
-        "train": {
-            "max_tokens": 512,
-            "max_steps": 6,
-            "warmup_steps": 4,
-            "log_every": 1,
-            "eval_every": 1000,
-            "save_every": 1000,
-            "threads": 1,
-            **train_keys,
-        },
-    }
-    path = tmp_path / f"{run}.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 class _InfiniteGradient(torch.autograd.Function):
@@ -134,7 +100,7 @@ def test_a_non_finite_update_is_skipped_logged_and_training_goes_on(
 ):
     bad = {"nan_losses" if kind == "loss" else "infinite_gradients": {3}}
     seen = _inject(monkeypatch, **bad)
-    cfg = load_config(_config_file(tmp_path, corpus))
+    cfg = load_config(write_small_config(tmp_path, corpus))
 
     state = train(cfg, progress=False)
 
@@ -163,9 +129,9 @@ def test_a_non_finite_update_is_skipped_logged_and_training_goes_on(
 def test_nan_losses_in_a_row_stop_training_with_the_last_good_state_saved(
     tmp_path, corpus, monkeypatch
 ):
-    clean = load_config(_config_file(tmp_path, corpus, run="clean", max_steps=4))
+    clean = load_config(write_small_config(tmp_path, corpus, run="clean", max_steps=4))
     train(clean, progress=False)
-    config = _config_file(tmp_path, corpus, max_steps=20, max_nonfinite=3)
+    config = write_small_config(tmp_path, corpus, max_steps=20, max_nonfinite=3)
     _inject(monkeypatch, nan_losses=range(5, 100))
 
     result = CliRunner().invoke(app, ["--quiet", "train", "--config", str(config)])
@@ -193,16 +159,14 @@ def test_nan_losses_in_a_row_stop_training_with_the_last_good_state_saved(
 
     monkeypatch.undo()  # whatever made the losses NaN is fixed
     cfg = load_config(config, ["train.max_steps=6"])
-    tok = load_tokenizer(run, joint=True)
-    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, joint_vocab=True)
-    load_weights(model, saved.weights)
+    load_run(run, saved.weights)
     assert train(cfg, resume=True, progress=False).step == 6
     assert [r["step"] for r in _records(run) if r.get("event") == "nonfinite"] == [4, 4, 4]
 
 
 def test_a_good_update_ends_the_run_of_non_finite_ones(tmp_path, corpus, monkeypatch):
     _inject(monkeypatch, nan_losses={2, 3, 5, 6})
-    cfg = load_config(_config_file(tmp_path, corpus, max_nonfinite=3))
+    cfg = load_config(write_small_config(tmp_path, corpus, max_nonfinite=3))
     assert train(cfg, progress=False).step == 6
     events = [r for r in _records(cfg.run_dir) if r.get("event") == "nonfinite"]
     assert [(r["step"], r["in_a_row"]) for r in events] == [(1, 1), (1, 2), (2, 1), (2, 2)]
@@ -214,7 +178,7 @@ def test_under_fp16_an_overflowing_gradient_is_the_scalers_business_and_a_nan_lo
     # fp16 training is refused on CPU; here the loop runs with fp16 autocast and its scaler anyway.
     monkeypatch.setattr(training_setup, "autocast_dtype", lambda device, precision: torch.float16)
     _inject(monkeypatch, infinite_gradients={2, 3, 4, 5}, nan_losses={8})
-    cfg = load_config(_config_file(tmp_path, corpus, max_nonfinite=2))
+    cfg = load_config(write_small_config(tmp_path, corpus, max_nonfinite=2))
 
     state = train(cfg, progress=False)
 
@@ -243,7 +207,7 @@ main()
 
 @pytest.mark.slow
 def test_processes_agree_to_skip_and_to_stop_when_one_sees_nan_losses(tmp_path, corpus):
-    config = _config_file(tmp_path, corpus, max_steps=20, max_nonfinite=2, max_tokens=256)
+    config = write_small_config(tmp_path, corpus, max_steps=20, max_nonfinite=2, max_tokens=256)
     script = tmp_path / "rank1_nan.py"
     script.write_text(RANK1_NAN)
     proc = torchrun_train(script, config)

@@ -8,11 +8,11 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from seq2seq.config import ModelConfig
 from seq2seq.data.batching import collate, no_peek_mask, padding_mask
 from seq2seq.decode.search import beam_search, greedy
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
+from tests.factories import tiny_model, tiny_shape
 
 BF16 = torch.bfloat16
 MATMULS = {
@@ -54,18 +54,7 @@ class MatmulDtypes(TorchDispatchMode):
 
 
 def _model(vocab: int = 60) -> Transformer:
-    torch.manual_seed(0)
-    cfg = ModelConfig(
-        d_model=32,
-        heads=4,
-        encoder_layers=2,
-        decoder_layers=2,
-        ffn_dim=64,
-        dropout=0.1,
-        norm_first=True,
-        max_positions=64,
-    )
-    return Transformer(cfg, vocab, vocab, joint_vocab=True)
+    return tiny_model(tiny_shape(dropout=0.1, norm_first=True), vocab, seed=0)
 
 
 def _batch():

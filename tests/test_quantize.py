@@ -15,14 +15,10 @@ from seq2seq.cli.app import app
 from seq2seq.config import ConfigError, DecodeConfig, run_decode
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from seq2seq.interop.hf_marian import import_hf_marian
 from seq2seq.model.quantize import int8_device, quantize_int8, quantized_linears
-
-from .conftest import copy_run, train_from
-
-try:  # the tiny MarianMTModels of test_hf_marian (they need transformers)
-    from .test_hf_marian import LAYOUTS, SENTENCES, marian_tokenizer, save_marian  # noqa: F401
-except pytest.skip.Exception:
-    LAYOUTS = None
+from tests.marian import LAYOUTS, SENTENCES, save_marian
+from tests.runs import copy_run, train_from
 
 SOURCES_FROM = 1000  # demo pairs past those the tiny run trained on
 
@@ -108,13 +104,10 @@ def test_translate_quantize_int8_through_the_cli(trained_tiny_run, demo_pairs, t
     assert _files(trained_tiny_run) == before
 
 
-@pytest.mark.skipif(LAYOUTS is None, reason="transformers is not installed")
 @pytest.mark.parametrize(
     "layout", ["tied-swish-bias-safetensors", "untied-output-gelu-bias-safetensors"]
 )
 def test_an_imported_marian_run_decodes_int8(layout, marian_tokenizer, tmp_path):
-    from seq2seq.interop.hf_marian import import_hf_marian
-
     save_marian(tmp_path / "hf", marian_tokenizer, LAYOUTS[layout])
     import_hf_marian(str(tmp_path / "hf"), tmp_path / "run")
     fp32, int8 = _translators(tmp_path / "run", beam_size=2)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
-from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
-from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.config import DecodeConfig
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.decode.translator import Translator
-from seq2seq.model.transformer import build_model
+from tests.factories import tiny_translator
 
 
 def test_a_line_of_two_sentences_is_cut_between_them():
@@ -39,16 +36,8 @@ def test_the_splitter_cache_never_keeps_a_long_line():
 
 
 def _translator(tmp_path, demo_pairs, **decode) -> Translator:
-    src = [a for a, _ in demo_pairs[:300]]
-    tgt = [b for _, b in demo_pairs[:300]]
-    tokenizer = train_tokenizer(TokenizerConfig(vocab_size=150), src, tgt, tmp_path)
-    cfg = ModelConfig(
-        d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, max_positions=64
-    )
-    torch.manual_seed(0)
-    model = build_model(cfg, tokenizer).eval()
     settings = DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=3, **decode)
-    return Translator(model, tokenizer, settings, torch.device("cpu"))
+    return tiny_translator(tmp_path, demo_pairs[:300], settings)
 
 
 def test_each_sentence_is_translated_as_if_alone_and_the_line_joined(tmp_path, demo_pairs):

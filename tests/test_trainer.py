@@ -18,13 +18,13 @@ from seq2seq.config import load_config, validate_config
 from seq2seq.data.batching import collate
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, load_tokenizer
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.model.transformer import Transformer
-from seq2seq.run.checkpoint import latest_checkpoint, load_state, load_weights
+from seq2seq.run.checkpoint import latest_checkpoint, load_state
+from seq2seq.run.rundir import load_run
 from seq2seq.train import validation
 from seq2seq.train.loss import TranslationLoss
 from seq2seq.train.trainer import accumulate_gradients, train
-
-from .conftest import write_parallel
+from tests.factories import tiny_model
+from tests.runs import write_parallel
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def _random_pairs(n, seed):
 
 
 def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch(tiny_model_config):
-    model = Transformer(tiny_model_config, 40, 40, joint_vocab=True)
+    model = tiny_model(tiny_model_config, 40)
     first, second = _random_pairs(5, seed=1), _random_pairs(7, seed=2)
     micro = [collate(*zip(*first)), collate(*zip(*second))]
     whole = collate(*zip(*(first + second)))
@@ -252,10 +252,8 @@ def test_validation_loss_equals_label_smoothed_cross_entropy_computed_by_hand(tm
     logged = [json.loads(x) for x in (cfg.run_dir / "metrics.jsonl").open()]
     valid = next(r for r in logged if r.get("split") == "valid" and r["step"] == 8)
 
-    tok = load_tokenizer(cfg.run_dir, joint=True)
-    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, joint_vocab=True)
-    load_weights(model, latest_checkpoint(cfg.run_dir).weights)
-    model.eval()
+    loaded = load_run(cfg.run_dir, latest_checkpoint(cfg.run_dir).weights)
+    model, tok = loaded.model, loaded.tokenizer
     (_, _), (vsrc, vtgt) = corpus
     eps, vocab = cfg.train.label_smoothing, tok.tgt_vocab_size
     loss = nll = tokens = 0.0

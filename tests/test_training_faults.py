@@ -16,12 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.config import load_run_config
-from seq2seq.data.tokenizer import load_tokenizer
-from seq2seq.model.transformer import Transformer
-from seq2seq.run.checkpoint import latest_checkpoint, list_checkpoints, load_state, load_weights
-
-from .conftest import write_parallel
+from seq2seq.run.checkpoint import latest_checkpoint, list_checkpoints, load_state
+from seq2seq.run.rundir import load_run
+from tests.runs import write_parallel
 
 REPO = Path(__file__).resolve().parents[1]
 MAX_STEPS = 16
@@ -152,12 +149,7 @@ def test_sigint_and_sigterm_save_a_checkpoint_and_exit_cleanly(tmp_path, data_di
     assert "Traceback" not in err
     stopped_at = latest_checkpoint(run).step
     assert f"stopped by {signal.Signals(signum).name} at step {stopped_at}" in out
-    cfg = load_run_config(run)
-    tok = load_tokenizer(run, joint=True)
-    load_weights(
-        Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, True),
-        latest_checkpoint(run).weights,
-    )
+    load_run(run, latest_checkpoint(run).weights)
 
     more = _train("--config", str(config), "--resume", "--set", f"train.max_steps={stopped_at + 2}")
     _, err = more.communicate(timeout=300)
@@ -275,14 +267,8 @@ def _stopped_itself(proc: subprocess.Popen, timeout: float = 120) -> bool:
 
 
 def _assert_checkpoints_load(run: Path) -> None:
-    found = list_checkpoints(run)
-    if not found:
-        return
-    cfg = load_run_config(run)
-    tok = load_tokenizer(run, joint=True)
-    model = Transformer(cfg.model, tok.src_vocab_size, tok.tgt_vocab_size, True)
-    for ckpt in found:
-        load_weights(model, ckpt.weights)
+    for ckpt in list_checkpoints(run):
+        load_run(run, ckpt.weights)
         assert load_state(ckpt.state)["train"]["step"] == ckpt.step
 
 

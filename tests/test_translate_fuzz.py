@@ -5,15 +5,13 @@ from __future__ import annotations
 import io
 
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
-from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.config import DecodeConfig
 from seq2seq.decode.streams import translate_stream
 from seq2seq.decode.translator import Translator
-from seq2seq.model.transformer import build_model
+from tests.factories import tiny_translator
 
 # Characters that break line-oriented tools: every Unicode line separator Python's
 # str.splitlines knows (only \n ends an input line), controls, NUL, RTL marks and text,
@@ -36,17 +34,8 @@ SURROGATE = st.integers(0xD800, 0xDFFF).map(lambda c: chr(c).encode("utf-8", "su
 @pytest.fixture(scope="module")
 def translator(tmp_path_factory, demo_pairs) -> Translator:
     """An untrained tiny model: it babbles to the length cap, the hardest case for lines."""
-    folder = tmp_path_factory.mktemp("fuzz")
-    src = [a for a, _ in demo_pairs[:300]]
-    tgt = [b for _, b in demo_pairs[:300]]
-    tokenizer = train_tokenizer(TokenizerConfig(vocab_size=150), src, tgt, folder)
-    cfg = ModelConfig(
-        d_model=32, heads=4, encoder_layers=1, decoder_layers=1, ffn_dim=64, max_positions=48
-    )
-    torch.manual_seed(0)
-    model = build_model(cfg, tokenizer).eval()
     decode = DecodeConfig(beam_size=2, max_len_a=1.0, max_len_b=5, batch_size=8)
-    return Translator(model, tokenizer, decode, torch.device("cpu"))
+    return tiny_translator(tmp_path_factory.mktemp("fuzz"), demo_pairs[:300], decode, 48)
 
 
 def _run(translator: Translator, raw: bytes) -> list[str]:

@@ -1,0 +1,61 @@
+"""Tiny models and translators the tests build: one shape, changed, sized and seeded per test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
+from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.decode.translator import Translator
+from seq2seq.model.transformer import Transformer, Vocabulary, build_model
+
+# Two layers each side of four heads: big enough for every code path, milliseconds to run.
+TINY_MODEL = {
+    "d_model": 32,
+    "heads": 4,
+    "encoder_layers": 2,
+    "decoder_layers": 2,
+    "ffn_dim": 64,
+    "dropout": 0.0,
+    "max_positions": 64,
+}
+
+
+def tiny_shape(**changes) -> ModelConfig:
+    """The tiny model shape with `changes` applied."""
+    return ModelConfig(**{**TINY_MODEL, **changes})
+
+
+def tiny_model(
+    cfg: ModelConfig | None = None,
+    vocab: int = 40,
+    tgt_vocab: int | None = None,
+    *,
+    seed: int | None = None,
+) -> Transformer:
+    """A random model of `cfg` (else the tiny shape) over `vocab` ids, one vocabulary for both
+    sides unless `tgt_vocab` is given; `seed` seeds torch first."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    joint = tgt_vocab is None
+    sizes = Vocabulary(vocab, vocab if joint else tgt_vocab, joint)
+    return build_model(cfg or tiny_shape(), sizes)
+
+
+def tiny_translator(
+    folder: Path,
+    pairs: list[tuple[str, str]],
+    decode: DecodeConfig,
+    max_positions: int = 64,
+) -> Translator:
+    """An untrained one-layer model on CPU, with a 150-piece tokenizer trained on `pairs` in
+    `folder`: real pieces and real search, output that babbles."""
+    tokenizer = train_tokenizer(
+        TokenizerConfig(vocab_size=150), [a for a, _ in pairs], [b for _, b in pairs], folder
+    )
+    cfg = tiny_shape(encoder_layers=1, decoder_layers=1, max_positions=max_positions)
+    torch.manual_seed(0)
+    model = build_model(cfg, tokenizer).eval()
+    return Translator(model, tokenizer, decode, torch.device("cpu"))
