@@ -641,3 +641,33 @@ def test_a_text_of_more_characters_than_the_token_limit_can_hold_is_refused_unre
         rf"{MAX_TOKENS} source tokens can hold\)",
         error["error"],
     )
+
+
+@pytest.mark.parametrize(
+    "body, field",
+    [
+        ({"text": "Zqxv " * 1000}, "text"),  # one sentence of some 3,000 tokens
+        ({"texts": [TEXTS[0], "Zqxv " * 1000]}, "texts[1]"),
+        ({"text": "x" * 2_000}, "text"),  # no space at all
+    ],
+)
+def test_a_sentence_longer_than_the_model_reads_is_a_413_not_the_translation_of_its_head(
+    server, body, field
+):
+    answer = server.translate(**body)
+    assert answer.status_code == 413, answer.text
+    error = answer.json()
+    assert error["field"] == field
+    assert re.fullmatch(
+        rf"{re.escape(field)} holds a sentence of \d+ source tokens; the model reads at most "
+        r"64 \(split it into shorter sentences\)",
+        error["error"],
+    )
+
+
+def test_twenty_thousand_characters_without_a_space_are_a_413(run_dir, monkeypatch):
+    with _in_process(run_dir, monkeypatch, max_tokens=32_768) as client:  # some 20,000 tokens
+        answer = client.post("/translate", json={"text": "x" * 20_000})
+    assert answer.status_code == 413, answer.text
+    assert answer.json()["field"] == "text"
+    assert "holds a sentence of" in answer.json()["error"]

@@ -195,5 +195,5 @@ def test_serve_answers_a_100_kb_punctuation_text_at_once_with_a_20000_pair_gloss
         start = time.perf_counter()
         answer = client.post("/translate", json={"text": "." * 100_000})
         seconds = time.perf_counter() - start
-    assert answer.status_code in (200, 413), answer.text
+    assert answer.status_code == 413, answer.text  # longer than the model reads
     assert seconds < 2

@@ -14,6 +14,7 @@ import asyncio
 import copy
 import logging
 import math
+import sys
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -41,6 +42,7 @@ from seq2seq.serve.schema import (
     TranslateBody,
     TranslateRequest,
     check_characters,
+    check_sentence_tokens,
     check_source_tokens,
     parse_translate_request,
     request_glossary,
@@ -77,8 +79,13 @@ def prepare_languages(
     translator: Translator, req: TranslateRequest, glossary: Glossary | None = None
 ) -> list[Source]:
     """The request's lines encoded for its languages (a batch may mix target languages: each
-    source carries its forced first token) with its glossary's terms; a language the model
-    lacks, or a term that cannot be kept (greedy search, too many, unknown pieces), is a 422."""
+    source carries its forced first token) with its glossary's terms, each sentence whole (see
+    `check_sentence_tokens`); a language the model lacks, or a term that cannot be kept
+    (greedy search, too many, unknown pieces), is a 422."""
+    # A copy that never cuts a sentence to the model's positions, as `translate` does with a
+    # warning: a client is told (413) instead of getting the translation of a sentence's head.
+    translator = copy.copy(translator)
+    translator.max_src_len = sys.maxsize
     try:
         src, tgt = translator.languages(req.source_lang, req.target_lang)
     except UserError as e:
@@ -250,6 +257,8 @@ def _add_translate_route(
             raise RequestError(422, "glossary", str(e)) from None
         sources = prepare_languages(translator, req, glossary)
         check_source_tokens(req, sum(s.tokens for s in sources), limits)
+        lengths = [[len(seq) for seq in s.segments] for s in sources]
+        check_sentence_tokens(req, lengths, translator.max_src_len)
         if req.marked is not None:  # put back around the aligned words once decoded
             sources = [replace(s, marked=m) for s, m in zip(sources, req.marked)]
         return req, sources

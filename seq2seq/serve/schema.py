@@ -269,6 +269,21 @@ def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimit
         )
 
 
+def check_sentence_tokens(req: TranslateRequest, lengths: list[list[int]], most: int) -> None:
+    """Refuse a request holding a sentence of more source tokens than the model reads (`most`,
+    EOS included; `lengths`: each line's sentences' tokens), counted before any cut."""
+    for i, line in enumerate(lengths):
+        longest = max(line, default=0)
+        if longest > most:
+            where = "text" if req.single else f"texts[{i}]"
+            raise RequestError(
+                413,
+                where,
+                f"{where} holds a sentence of {longest} source tokens; the model reads at most "
+                f"{most} (split it into shorter sentences)",
+            )
+
+
 def _options(req: TranslateBody, limits: RequestLimits, defaults: DecodeConfig) -> DecodeConfig:
     beam = defaults.beam_size if req.beam_size is None else req.beam_size
     if not 1 <= beam <= limits.max_beam_size:
