@@ -197,3 +197,38 @@ def test_serve_answers_a_100_kb_punctuation_text_at_once_with_a_20000_pair_gloss
         seconds = time.perf_counter() - start
     assert answer.status_code == 413, answer.text  # longer than the model reads
     assert seconds < 2
+
+
+def test_serve_refuses_a_glossary_for_a_model_that_forces_its_target_language_token(
+    tmp_path, demo_pairs
+):
+    pytest.importorskip("transformers", reason="transformers is not installed")
+    import sentencepiece as spm
+
+    from seq2seq.errors import UserError
+    from tests.runs import cli
+    from tests.test_hf_m2m100 import save_m2m100
+
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([t for pair in demo_pairs[:300] for t in pair]),
+        model_prefix=str(tmp_path / "sp"),
+        model_type="bpe",
+        vocab_size=200,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    save_m2m100(tmp_path / "hf", "m2m100", tmp_path / "sp.model")
+    cli("--quiet", "import", "hf", tmp_path / "hf", tmp_path / "run")
+    with _app(tmp_path / "run") as client:
+        body = {"text": "The umbrella is blue.", "beam_size": 2}
+        refused = client.post("/translate", json={**body, "glossary": [["umbrella", "x"]]})
+        plain = client.post("/translate", json=body)
+    assert refused.status_code == 422, refused.text
+    assert refused.json() == {
+        "error": "glossaries are not supported for this model: its translations start with a "
+        "forced target-language token (M2M100, NLLB)",
+        "field": "glossary",
+    }
+    assert plain.status_code == 200
+    with pytest.raises(UserError, match="^--glossary: glossaries are not supported"):
+        _app(tmp_path / "run", make_glossary([("umbrella", "x")]))

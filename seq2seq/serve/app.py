@@ -24,6 +24,7 @@ from typing import Any
 
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
+from seq2seq.data.multilingual import is_many_language
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
@@ -99,6 +100,18 @@ def prepare_languages(
         raise RequestError(422, "glossary", str(e)) from None
 
 
+def glossary_refusal(translator: Translator) -> str | None:
+    """Why this model takes no glossary, or None: a model whose translations start with a
+    forced target-language token (M2M100, NLLB) would get term ids led by that token."""
+    tokenizer = translator.tokenizer
+    if is_many_language(tokenizer) and tokenizer.cfg.target_language == "forced_first":
+        return (
+            "glossaries are not supported for this model: its translations start with a "
+            "forced target-language token (M2M100, NLLB)"
+        )
+    return None
+
+
 def longest_piece(translator: Translator) -> int:
     """Characters in the longest source piece: the most one token can stand for."""
     pieces = translator.tokenizer.src_vocabulary()
@@ -157,6 +170,9 @@ def create_app(
 
     from seq2seq.serve.metrics import CountRequests, ServerMetrics
 
+    refusal = glossary_refusal(translator)
+    if refusal is not None and translator.glossary is not None:
+        raise UserError(f"--glossary: {refusal}")
     state = state or ServerState()
     metrics = ServerMetrics()
     app = FastAPI(
@@ -244,6 +260,7 @@ def _add_translate_route(
     defaults = translator.decode  # what a request does not choose, the run's settings decide
     schema = TranslateBody.model_json_schema()
     piece_chars = longest_piece(translator)
+    refusal = glossary_refusal(translator)
 
     def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
         # On a worker thread: a large body takes a while to parse, split and encode, and the
@@ -251,6 +268,8 @@ def _add_translate_route(
         # decoder too.
         req = parse_translate_request(body, limits, defaults)
         check_characters(req, limits, piece_chars)
+        if req.glossary is not None and refusal is not None:
+            raise RequestError(422, "glossary", refusal)
         try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422
             glossary = request_glossary(req, translator.glossary)
         except UserError as e:
