@@ -155,3 +155,14 @@ def test_a_full_server_glossary_takes_a_requests_pairs_as_it_is():
     assert merged.terms_in("term5, term6 and a cat") == ["cinq", "terme6", "chat"]
     again = with_pairs(base, [("Term5", "cinq"), ("cat", "chat")], origin="glossary")
     assert again.index is merged.index  # the same request glossary is built once
+
+
+@pytest.mark.parametrize("source", [".", "...", " - ", "→", "🙂"])
+def test_a_source_term_without_a_letter_or_digit_is_refused_as_it_matches_every_sentence(source):
+    with pytest.raises(UserError, match="has no letter or digit; punctuation alone would match"):
+        make_glossary([(source, "x")])
+
+
+def test_source_terms_with_a_letter_or_digit_among_their_signs_are_kept():
+    glossary = make_glossary([("C++", "C++"), ("4x4", "quatre-quatre"), ("東京", "Tokyo")])
+    assert glossary.terms_in("C++ in Tokyo, 東京, by 4x4.") == ["C++", "Tokyo", "quatre-quatre"]

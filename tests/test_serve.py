@@ -671,3 +671,25 @@ def test_twenty_thousand_characters_without_a_space_are_a_413(run_dir, monkeypat
     assert answer.status_code == 413, answer.text
     assert answer.json()["field"] == "text"
     assert "holds a sentence of" in answer.json()["error"]
+
+
+def test_a_plain_request_is_never_decoded_in_one_call_with_a_constrained_one(run_dir, monkeypatch):
+    release, calls = threading.Event(), []
+
+    def recording(sources, options, wanted=None):
+        calls.append([bool(s.constraints) for s in sources])
+        assert release.wait(10)
+        return [[("x", 0.0)] for _ in sources]
+
+    with _in_process(run_dir, monkeypatch, recording) as client, ThreadPoolExecutor(4) as pool:
+        first = pool.submit(client.post, "/translate", json={"text": TEXTS[1]})
+        while not calls:
+            time.sleep(0.01)
+        glossary = {"text": TEXTS[0], "glossary": [["cats", "chats"]]}
+        queued = [pool.submit(client.post, "/translate", json=glossary)]
+        queued += [pool.submit(client.post, "/translate", json={"text": t}) for t in TEXTS[2:4]]
+        time.sleep(0.5)  # all three wait in the queue for the decoder
+        release.set()
+        assert all(a.result(10).status_code == 200 for a in [first, *queued])
+    assert [True] in calls  # the constrained request, alone
+    assert all(len(set(call)) == 1 for call in calls), calls

@@ -232,3 +232,39 @@ def test_serve_refuses_a_glossary_for_a_model_that_forces_its_target_language_to
     assert plain.status_code == 200
     with pytest.raises(UserError, match="^--glossary: glossaries are not supported"):
         _app(tmp_path / "run", make_glossary([("umbrella", "x")]))
+
+
+def test_serve_refuses_a_request_glossary_whose_source_term_is_punctuation(trained_tiny_run):
+    with _app(trained_tiny_run) as client:
+        answer = client.post("/translate", json={"text": "Yes. No.", "glossary": [[".", "x"]]})
+    assert answer.status_code == 422
+    assert answer.json()["field"] == "glossary"
+    assert "glossary[0]: source term '.' has no letter or digit" in answer.json()["error"]
+
+
+def test_serve_counts_the_target_terms_with_the_source_in_a_requests_beam_budget(
+    trained_tiny_run,
+):
+    from fastapi.testclient import TestClient
+
+    from seq2seq.serve import app as serve_app
+    from seq2seq.serve.schema import RequestLimits
+
+    text, beam = "The umbrella is blue.", 2
+    translator, path = load_translator(trained_tiny_run, device="cpu")
+    tokens = translator.prepare([text])[0].tokens
+    cfg = serve_app.ServeConfig(request=RequestLimits(max_beam_tokens=tokens * beam))
+    info = serve_app.run_info(trained_tiny_run, path, translator, cfg)
+    with TestClient(serve_app.create_app(translator, info, cfg)) as client:
+        plain = client.post("/translate", json={"text": text, "beam_size": beam})
+        glossary = [["umbrella", "parapluie"]]
+        body = {"text": text, "beam_size": beam, "glossary": glossary}
+        with_terms = client.post("/translate", json=body)
+    assert plain.status_code == 200, plain.text
+    assert with_terms.status_code == 413
+    assert with_terms.json()["field"] == "beam_size"
+    assert re.fullmatch(
+        rf"\({tokens} source \+ \d+ term tokens\) × beam_size 2 = \d+; at most {tokens * beam} "
+        r"a request \(send fewer texts, fewer terms or a smaller beam_size\)",
+        with_terms.json()["error"],
+    )

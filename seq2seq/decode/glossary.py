@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
-from seq2seq.decode.term_index import TermIndex, term_key, text_units
+from seq2seq.decode.term_index import TermIndex, has_word_character, term_key, text_units
 from seq2seq.errors import UserError
 
 MAX_GLOSSARY_PAIRS = 20_000  # each is a path in the term index, built when the glossary is read
@@ -105,6 +105,11 @@ def _check_term(source: str, target: str, where: str) -> None:
     for side, term in (("source", source), ("target", target)):
         if len(term) > MAX_TERM_CHARS:
             raise UserError(f"{where}: the {side} term is over {MAX_TERM_CHARS} characters")
+    if not has_word_character(source):
+        raise UserError(
+            f"{where}: source term {source!r} has no letter or digit; punctuation alone would "
+            "match nearly every sentence"
+        )
 
 
 def read_glossary(path: Path) -> Glossary:

@@ -100,6 +100,19 @@ def prepare_languages(
         raise RequestError(422, "glossary", str(e)) from None
 
 
+def term_tokens(sources: list[Source]) -> int:
+    """Target-term tokens the sources' sentences must hold: constrained search's extra work."""
+    return sum(len(term) for s in sources for terms in s.constraints for term in terms)
+
+
+def work_group(sources: list[Source]) -> str:
+    """The batcher's group of a request: markup and constrained work are decoded apart from
+    plain work, so a plain request never waits in (or shares the fate of) such a batch."""
+    if any(s.marked is not None for s in sources):
+        return "markup"
+    return "terms" if any(s.constraints for s in sources) else ""
+
+
 def glossary_refusal(translator: Translator) -> str | None:
     """Why this model takes no glossary, or None: a model whose translations start with a
     forced target-language token (M2M100, NLLB) would get term ids led by that token."""
@@ -275,7 +288,7 @@ def _add_translate_route(
         except UserError as e:
             raise RequestError(422, "glossary", str(e)) from None
         sources = prepare_languages(translator, req, glossary)
-        check_source_tokens(req, sum(s.tokens for s in sources), limits)
+        check_source_tokens(req, sum(s.tokens for s in sources), limits, term_tokens(sources))
         lengths = [[len(seq) for seq in s.segments] for s in sources]
         check_sentence_tokens(req, lengths, translator.max_src_len)
         if req.marked is not None:  # put back around the aligned words once decoded
@@ -308,7 +321,14 @@ def _add_translate_route(
         tokens = sum(s.tokens for s in sources)
         segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
         try:
-            future = batcher.submit(sources, req.options, tokens, segments=segments)
+            future = batcher.submit(
+                sources,
+                req.options,
+                tokens,
+                segments=segments,
+                terms=term_tokens(sources),
+                group=work_group(sources),
+            )
         except QueueFull as e:
             metrics.rejected.inc()
             return _unavailable(f"{e}; retry later", e.retry_after_s)

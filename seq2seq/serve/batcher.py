@@ -2,8 +2,9 @@
 
 Callers on any thread `submit` their lines and get a `concurrent.futures.Future`; one worker
 thread waits a short window after the first waiting request, takes requests in arrival order up
-to a token budget, groups them by decode settings (one search call cannot mix beam sizes), hands
-each group to the decode function in one call, and gives every caller exactly its own results
+to a token budget, groups them by decode settings (one search call cannot mix beam sizes) and by
+the group the caller names (serve keeps constrained and markup work apart from plain work),
+hands each group to the decode function in one call, and gives every caller exactly its own results
 back, in its order. Nothing here knows about HTTP or torch, so it is tested on its own.
 """
 
@@ -32,8 +33,8 @@ class BatchLimits:
     max_tokens: int = 8192  # source tokens of the requests in one batch
     max_requests: int = 256
     max_queue_lines: int = 2048  # sentences waiting; beyond this `submit` refuses
-    # Source tokens × beam size of the requests in one batch: what bounds its compute. A request
-    # over it on its own is refused.
+    # (Source + target term tokens) × beam size of the requests in one batch: what bounds its
+    # compute. A request over it on its own is refused.
     max_beam_tokens: int = 131_072
 
 
@@ -57,11 +58,12 @@ class QueueFull(Exception):
 
 
 class OverBudget(Exception):
-    """A request whose source tokens × beam size alone exceed a batch's budget."""
+    """A request whose (source + term tokens) × beam size alone exceed a batch's budget."""
 
-    def __init__(self, cost: int, budget: int):
+    def __init__(self, cost: int, budget: int, terms: int = 0):
+        counted = "(source + term tokens)" if terms else "source tokens"
         super().__init__(
-            f"source tokens × beam size is {cost}; at most {budget} a batch (and so a request)"
+            f"{counted} × beam size is {cost}; at most {budget} a batch (and so a request)"
         )
         self.cost, self.budget = cost, budget
 
@@ -87,7 +89,8 @@ class _Job:
     options: DecodeConfig  # requests decoded together share these
     tokens: int
     segments: int  # sentences, what the queue's bound and the decoding speed count
-    cost: int  # tokens × beam size, what the batch's compute budget counts
+    cost: int  # (tokens + term tokens) × beam size, what the batch's compute budget counts
+    group: str = ""  # jobs of different groups never share a decode call
     future: JobFuture = field(default_factory=JobFuture)
     arrived: float = field(default_factory=time.monotonic)
 
@@ -136,24 +139,33 @@ class Batcher:
         return self._busy
 
     def submit(
-        self, lines: list, options: DecodeConfig, tokens: int, *, segments: int | None = None
+        self,
+        lines: list,
+        options: DecodeConfig,
+        tokens: int,
+        *,
+        segments: int | None = None,
+        terms: int = 0,
+        group: str = "",
     ) -> JobFuture:
         """Queue lines for decoding; the future's result is one hypothesis list per line.
 
         `segments`: the sentences they hold once split (default: one a line), which is what
-        the queue's bound counts."""
+        the queue's bound counts; `terms`: the target-term tokens they must hold, which the
+        compute budget counts with `tokens`; `group`: requests of different groups are never
+        decoded in one call."""
         if not lines:
             raise ValueError("nothing to translate")
         segments = len(lines) if segments is None else segments
-        cost = tokens * options.beam_size
+        cost = (tokens + terms) * options.beam_size
         if cost > self.limits.max_beam_tokens:
-            raise OverBudget(cost, self.limits.max_beam_tokens)
+            raise OverBudget(cost, self.limits.max_beam_tokens, terms)
         with self._cond:
             if self._stopping:
                 raise Stopped("the server is shutting down")
             if self._queue and self._queued_lines + segments > self.limits.max_queue_lines:
                 raise QueueFull(self._queued_lines, self._retry_after())
-            job = _Job(lines, options, tokens, segments, cost)
+            job = _Job(lines, options, tokens, segments, cost, group)
             self._queue.append(job)
             self._queued_lines += segments
             self._queued_tokens += tokens
@@ -243,10 +255,10 @@ class Batcher:
         return jobs
 
     def _decode_jobs(self, jobs: list[_Job]) -> None:
-        groups: dict[DecodeConfig, list[_Job]] = {}
+        groups: dict[tuple[str, DecodeConfig], list[_Job]] = {}
         for job in jobs:
-            groups.setdefault(job.options, []).append(job)
-        for options, group in groups.items():
+            groups.setdefault((job.group, job.options), []).append(job)
+        for (_, options), group in groups.items():
             self._decode_group(options, group)
 
     def _decode_group(self, options: DecodeConfig, group: list[_Job]) -> None:

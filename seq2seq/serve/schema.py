@@ -251,21 +251,27 @@ def check_characters(req: TranslateRequest, limits: RequestLimits, piece_chars: 
         )
 
 
-def check_source_tokens(req: TranslateRequest, tokens: int, limits: RequestLimits) -> None:
+def check_source_tokens(
+    req: TranslateRequest, tokens: int, limits: RequestLimits, terms: int = 0
+) -> None:
     """Refuse a request whose texts, split into sentences and encoded, hold too many tokens, or
-    too many for its beam size."""
+    too many for its beam size (with `terms`, the target-term tokens its sentences must hold,
+    which constrained search decodes on top of the source)."""
     if tokens > limits.max_tokens:
         name = "text" if req.single else "texts"
         raise RequestError(
             413, name, f"{name} has {tokens} source tokens; at most {limits.max_tokens} a request"
         )
     beam = req.options.beam_size
-    if tokens * beam > limits.max_beam_tokens:
+    cost = (tokens + terms) * beam
+    if cost > limits.max_beam_tokens:
+        counted = f"({tokens} source + {terms} term tokens)" if terms else f"{tokens} source tokens"
+        fewer = "fewer texts, fewer terms" if terms else "fewer texts"
         raise RequestError(
             413,
             "beam_size",
-            f"{tokens} source tokens × beam_size {beam} = {tokens * beam}; at most "
-            f"{limits.max_beam_tokens} a request (send fewer texts or a smaller beam_size)",
+            f"{counted} × beam_size {beam} = {cost}; at most {limits.max_beam_tokens} a request "
+            f"(send {fewer} or a smaller beam_size)",
         )
 
 
