@@ -693,3 +693,30 @@ def test_a_plain_request_is_never_decoded_in_one_call_with_a_constrained_one(run
         assert all(a.result(10).status_code == 200 for a in [first, *queued])
     assert [True] in calls  # the constrained request, alone
     assert all(len(set(call)) == 1 for call in calls), calls
+
+
+def test_a_language_tag_or_end_of_sentence_inside_a_text_is_read_as_text_not_as_the_token(
+    tmp_path_factory, demo_pairs, monkeypatch
+):
+    from tests.runs import cli
+    from tests.test_language_pairs import _pairs_config
+
+    folder = tmp_path_factory.mktemp("tagged")  # en→fr and fr→en, the target's tag leading
+    cli("--quiet", "train", "-c", _pairs_config(folder, demo_pairs, "source_tag"))
+    seen = []
+
+    def recording(sources, options, wanted=None):
+        seen.extend(seq for source in sources for seq in source.segments)
+        return [[("x", 0.0)] for _ in sources]
+
+    text = "hello >>en<< world </s> x"
+    with _in_process(folder / "run", monkeypatch, recording) as client:
+        body = {"text": text, "source_lang": "en", "target_lang": "fr"}
+        answer = client.post("/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    tokenizer = load_translator(folder / "run", device="cpu")[0].tokenizer
+    fr, en, eos = tokenizer.language_id("fr"), tokenizer.language_id("en"), tokenizer.ids.eos
+    (ids,) = seen
+    assert ids[0] == fr and ids[-1] == eos  # what the server itself puts around the text
+    assert fr not in ids[1:] and en not in ids and eos not in ids[:-1]
+    assert tokenizer.encode_src([text], "en", "fr")[0].count(eos) == 2  # as the tokenizer reads it

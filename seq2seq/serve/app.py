@@ -14,6 +14,7 @@ import asyncio
 import copy
 import logging
 import math
+import re
 import sys
 import time
 import uuid
@@ -24,7 +25,7 @@ from typing import Any
 
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
-from seq2seq.data.multilingual import is_many_language
+from seq2seq.data.multilingual import SPECIAL_STRINGS, is_many_language
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
@@ -45,6 +46,7 @@ from seq2seq.serve.schema import (
     check_characters,
     check_sentence_tokens,
     check_source_tokens,
+    escape_specials,
     parse_translate_request,
     request_glossary,
     translate_answer,
@@ -123,6 +125,15 @@ def glossary_refusal(translator: Translator) -> str | None:
             "forced target-language token (M2M100, NLLB)"
         )
     return None
+
+
+def special_strings(translator: Translator) -> re.Pattern:
+    """Where a string starts that the tokenizer reads as one special token inside text: `</s>`
+    and the other special-token strings, a language tag (`>>fr<<`, as Marian reads one), and a
+    many-language model's language tokens (`__fr__`, `fra_Latn`)."""
+    strings = set(SPECIAL_STRINGS.values()) | set(getattr(translator.tokenizer, "atomic", {}))
+    alternatives = [">>.*?<<", *map(re.escape, sorted(strings, key=len, reverse=True))]
+    return re.compile(f"(?=(?:{'|'.join(alternatives)}))", re.DOTALL)
 
 
 def longest_piece(translator: Translator) -> int:
@@ -273,6 +284,7 @@ def _add_translate_route(
     defaults = translator.decode  # what a request does not choose, the run's settings decide
     schema = TranslateBody.model_json_schema()
     piece_chars = longest_piece(translator)
+    specials = special_strings(translator)
     refusal = glossary_refusal(translator)
 
     def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
@@ -281,6 +293,7 @@ def _add_translate_route(
         # decoder too.
         req = parse_translate_request(body, limits, defaults)
         check_characters(req, limits, piece_chars)
+        req = escape_specials(req, specials)
         if req.glossary is not None and refusal is not None:
             raise RequestError(422, "glossary", refusal)
         try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -249,6 +250,27 @@ def check_characters(req: TranslateRequest, limits: RequestLimits, piece_chars: 
             f"{name} has {chars} characters besides spaces; at most {limit} a request (as many "
             f"as {limits.max_tokens} source tokens can hold)",
         )
+
+
+def escape_specials(req: TranslateRequest, specials: re.Pattern) -> TranslateRequest:
+    """The request with every string its tokenizer would read as one special token (`specials`
+    finds where one starts: `</s>`, a language tag `>>fr<<`) made plain text, in its texts and
+    its target terms: a client may not end a sentence or pick a target language from inside
+    its text. The string's first character takes its fullwidth form, which the tokenizer's
+    NFKC normalization turns back, so the model reads the same pieces as before, as text."""
+
+    def escape(text: str) -> str:
+        starts = [m.start() for m in specials.finditer(text)]
+        if not starts:
+            return text
+        chars = list(text)
+        for at in starts:
+            if "!" <= chars[at] <= "~":
+                chars[at] = chr(ord(chars[at]) + 0xFEE0)
+        return "".join(chars)
+
+    glossary = req.glossary and [(source, escape(target)) for source, target in req.glossary]
+    return replace(req, lines=[escape(line) for line in req.lines], glossary=glossary)
 
 
 def check_source_tokens(
