@@ -73,6 +73,7 @@ def _weights(run_dir):
     return load_file(str(latest_checkpoint(run_dir).weights))
 
 
+@pytest.mark.slow
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, corpus):
     whole = _config(tmp_path, corpus, run="whole")
     train(whole, progress=False)
@@ -96,6 +97,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(tmp_path, cor
     ][0].items()
 
 
+@pytest.mark.slow
 def test_with_ema_a_run_hands_on_the_average_and_resumes_exactly(tmp_path, corpus):
     ema = {"ema_decay": 0.9}
     whole = _config(tmp_path, corpus, run="whole", train=ema)
@@ -133,6 +135,7 @@ def test_ema_is_the_decayed_average_of_the_weights_after_each_update():
     assert torch.equal(model.weight, start + 2.0)  # the raw weights are back after
 
 
+@pytest.mark.slow
 def test_a_run_with_checkpoints_is_not_overwritten_without_resume(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"max_steps": 4})
     train(cfg, progress=False)
@@ -143,6 +146,7 @@ def test_a_run_with_checkpoints_is_not_overwritten_without_resume(tmp_path, corp
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.slow
 def test_resume_with_another_model_shape_is_refused(tmp_path, corpus):
     train(_config(tmp_path, corpus, train={"max_steps": 4}), progress=False)
     wider = _config(tmp_path, corpus, model={"d_model": 64})
@@ -150,6 +154,7 @@ def test_resume_with_another_model_shape_is_refused(tmp_path, corpus):
         train(wider, resume=True, progress=False)
 
 
+@pytest.mark.slow
 def test_tokenizer_is_retrained_when_its_settings_change(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"max_steps": 4})
     train(cfg, progress=False)
@@ -199,6 +204,7 @@ def test_accumulated_micro_batches_give_the_gradient_of_one_large_batch(tiny_mod
         assert torch.allclose(p.grad, accumulated[name], atol=1e-6, rtol=1e-4), name
 
 
+@pytest.mark.slow
 def test_early_stopping_after_patience_validations_without_improvement(tmp_path, corpus):
     # A learning rate this small changes nothing a validation can see: no new best after the first.
     cfg = _config(
@@ -218,6 +224,7 @@ def test_early_stopping_after_patience_validations_without_improvement(tmp_path,
     assert (cfg.run_dir / "checkpoints" / "best.safetensors").is_file()
 
 
+@pytest.mark.slow
 def test_time_budget_stops_training_with_a_checkpoint(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"max_steps": 100_000, "max_minutes": 0.002})
     state = train(cfg, progress=False)
@@ -225,6 +232,7 @@ def test_time_budget_stops_training_with_a_checkpoint(tmp_path, corpus):
     assert latest_checkpoint(cfg.run_dir).step == state.step
 
 
+@pytest.mark.slow
 def test_metrics_log_loss_lr_throughput_grad_norm_and_memory(tmp_path, corpus):
     cfg = _config(tmp_path, corpus)
     train(cfg, progress=False)
@@ -236,6 +244,7 @@ def test_metrics_log_loss_lr_throughput_grad_norm_and_memory(tmp_path, corpus):
     assert {"loss", "nll", "ppl", "bleu"} <= set(valid[0])
 
 
+@pytest.mark.slow
 def test_the_logged_lr_is_the_rate_the_update_used(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"log_every": 1, "lr": 2e-3, "warmup_steps": 4})
     train(cfg, progress=False)
@@ -246,6 +255,7 @@ def test_the_logged_lr_is_the_rate_the_update_used(tmp_path, corpus):
         assert lr == pytest.approx(2e-3 * min(step / 4, (4 / step) ** 0.5), rel=1e-9), step
 
 
+@pytest.mark.slow
 def test_validation_loss_equals_label_smoothed_cross_entropy_computed_by_hand(tmp_path, corpus):
     cfg = _config(tmp_path, corpus, train={"save_every": 8, "eval_every": 8})
     train(cfg, progress=False)
@@ -302,6 +312,7 @@ def stop_during_update(monkeypatch):
     return arrange
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["signal", "time budget"])
 def test_a_stop_during_update_n_saves_step_n_and_runs_no_further_update(
     tmp_path, corpus, stop_during_update, how
@@ -315,6 +326,7 @@ def test_a_stop_during_update_n_saves_step_n_and_runs_no_further_update(
     assert state.stopped_by == ("SIGTERM" if how == "signal" else None)
 
 
+@pytest.mark.slow
 def test_resume_applies_changed_optimizer_and_schedule_settings_and_logs_each(tmp_path, corpus):
     train(_config(tmp_path, corpus, train={"max_steps": 4, "log_every": 1}), progress=False)
     changed = {
@@ -354,6 +366,7 @@ def test_resume_applies_changed_optimizer_and_schedule_settings_and_logs_each(tm
     assert on_disk.train.lr == 3e-4 and on_disk.train.betas == (0.8, 0.9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "section, change",
     [("train", {"max_tokens": 400}), ("train", {"seed": 7}), ("data", {"max_len": 40})],
@@ -375,6 +388,7 @@ def test_resume_refuses_a_new_batch_order_unless_the_dataloader_is_reset(
     assert any(r.get("key") == key for r in records if r.get("event") == "config_change")
 
 
+@pytest.mark.slow
 def test_tensorboard_scalars_are_written_when_tensorboard_is_installed(tmp_path, corpus):
     pytest.importorskip("tensorboard")
     cfg = _config(tmp_path, corpus, train={"max_steps": 4})
@@ -426,6 +440,7 @@ def _batch_shapes(cfg, steps):
     return [(len(b), int(src[b].max()), int(tgt[b].max())) for b in batches]
 
 
+@pytest.mark.slow
 def test_background_loader_workers_train_to_the_same_weights(tmp_path, corpus):
     train(_config(tmp_path, corpus, run="inline", train={"num_workers": 0}), progress=False)
     train(_config(tmp_path, corpus, run="worker", train={"num_workers": 1}), progress=False)
@@ -458,6 +473,7 @@ def _averaging_config(tmp_path, corpus):
     return _config(tmp_path, corpus, train=train_section)
 
 
+@pytest.mark.slow
 def test_the_last_checkpoints_are_averaged_and_validated_and_a_worse_average_is_not_used(
     tmp_path, corpus
 ):
@@ -481,6 +497,7 @@ def test_the_last_checkpoints_are_averaged_and_validated_and_a_worse_average_is_
     assert all(torch.equal(best_weights[k], steps[-1][k]) for k in best_weights)
 
 
+@pytest.mark.slow
 def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_knows_it(
     tmp_path, corpus, monkeypatch
 ):
@@ -510,6 +527,7 @@ def test_an_average_that_scores_better_becomes_the_best_checkpoint_and_resume_kn
     assert load_state(last.state)["train"]["best_loss"] == 0.5
 
 
+@pytest.mark.slow
 def test_final_choice_by_beam_ships_the_candidate_with_the_highest_beam_bleu(
     tmp_path, corpus, monkeypatch
 ):
@@ -557,6 +575,7 @@ def test_final_choice_by_beam_ships_the_candidate_with_the_highest_beam_bleu(
     assert not all(torch.equal(trained[k], average[k]) for k in average)
 
 
+@pytest.mark.slow
 def test_final_choice_by_beam_keeps_the_best_checkpoint_when_nothing_beats_it(
     tmp_path, corpus, monkeypatch
 ):
@@ -573,6 +592,7 @@ def test_final_choice_by_beam_keeps_the_best_checkpoint_when_nothing_beats_it(
     assert "final_choice" not in best and best["step"] == 4  # step 8 tied it too
 
 
+@pytest.mark.slow
 def test_final_choice_decodes_the_best_checkpoint_once_when_it_is_the_last_step(
     tmp_path, corpus, monkeypatch
 ):
@@ -596,6 +616,33 @@ def test_final_choice_decodes_the_best_checkpoint_once_when_it_is_the_last_step(
     assert names == ["step 8", "average of steps 4-8 (3)"]
 
 
+@pytest.mark.slow
+def test_with_ema_the_final_choice_of_the_last_step_ships_the_weights_its_checkpoint_holds(
+    tmp_path, corpus, monkeypatch
+):
+    greedy = iter([30.0, 20.0])  # the validations at steps 4 and 8: step 4 stays best
+    beam = iter([1.0, 2.0])  # the best checkpoint, then the last step: the last step wins
+
+    def bleu(self, translate, sentences):
+        return next(greedy) if translate is self.translate else next(beam)
+
+    monkeypatch.setattr(validation.Validator, "_bleu", bleu)
+    train_section = {"ema_decay": 0.9, "final_choice": "beam"}
+    cfg = _config(tmp_path, corpus, train=train_section)
+    train(cfg, progress=False)
+    (record,) = _records(cfg.run_dir, "final_choice")
+    assert record["chosen"] == "step 8"
+    folder = cfg.run_dir / "checkpoints"
+    shipped = load_file(str(folder / "best.safetensors"))
+    step8 = load_file(str(folder / "step_00000008.safetensors"))  # the EMA of step 8
+    assert shipped.keys() == step8.keys()
+    assert all(torch.equal(shipped[k], step8[k]) for k in step8)
+    # The step's trainer state still holds the raw weights, apart from the average.
+    raw = load_state(latest_checkpoint(cfg.run_dir).state)["raw_weights"]
+    assert any(not torch.equal(raw[k], step8[k]) for k in step8 if k in raw)
+
+
+@pytest.mark.slow
 def test_a_run_shorter_than_the_average_averages_the_checkpoints_it_has(tmp_path, corpus):
     train_section = {"max_steps": 4, "save_every": 2, "keep_last": 6, "average_last": [3, 6]}
     cfg = _config(tmp_path, corpus, train={**train_section, "valid_bleu_sentences": 0})

@@ -209,9 +209,16 @@ class _Loop:
         if self._last_save_step != st.step:
             self._save()
         finishing = tc.averages or tc.final_choice == "beam"
-        if finishing and elastic.on_main(lambda: self.validator.finish(st), self.info):
+        if finishing and elastic.on_main(self._final_choice, self.info):
             self._save()  # again: the step's saved state must know the new best, for --resume
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
+
+    def _final_choice(self) -> bool:
+        """Average the last checkpoints and choose the weights to ship (rank 0)."""
+        # The last step's candidate is what its checkpoint holds (the EMA, when kept): the raw
+        # weights, were they chosen, would ship as a best checkpoint no step checkpoint has.
+        with handed_on(self.training.ema, self.model):
+            return self.validator.finish(self.state)
 
     def _update(self, micro: list[Batch], global_tokens: int) -> bool:
         """One optimizer step over this process's micro-batches (none if the loss or gradient is
