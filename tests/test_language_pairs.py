@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
+import types
+
 import numpy as np
 import pytest
+import torch
 import yaml
+from datasets import Dataset
 
 from seq2seq.config import load_config, load_run_config
 from seq2seq.data.batching import epoch_batches, sampling_probabilities
-from seq2seq.data.corpus import prepare_data
+from seq2seq.data.corpus import Part, prepare_data
 from seq2seq.decode.translator import load_translator
-from seq2seq.train.validation import bleu_rows
+from seq2seq.run.runlog import MetricsLog
+from seq2seq.train.state import TrainState
+from seq2seq.train.validation import Validator, bleu_rows
+from tests.factories import tiny_model
 from tests.runs import TINY, cli, write_parallel
 
 
@@ -98,6 +106,33 @@ def test_validation_bleu_shares_its_sentences_between_the_directions(pairs_run):
         ("fr", "en", 3),
     ]
     assert chosen[1][1]["src"] == data.valid.select(range(6, 9))["src"]
+
+
+def test_the_final_choice_decodes_every_valid_row_of_unbalanced_directions(tmp_path):
+    rows = [f"sentence {i}" for i in range(10)]  # en→fr rows 0-7, fr→en rows 8-9
+    data = types.SimpleNamespace(
+        valid=Dataset.from_dict({"src": rows, "tgt": rows}),
+        valid_parts=[Part("en", "fr", 8), Part("fr", "en", 2)],
+    )
+    decoded = []
+
+    def translate(texts, *, src_lang, tgt_lang):
+        decoded.extend((src_lang, tgt_lang, t) for t in texts)
+        return list(texts)
+
+    validator = Validator(
+        model=tiny_model(),
+        data=data,
+        tc=types.SimpleNamespace(averages=[], final_choice="beam"),
+        device=torch.device("cpu"),
+        autocast=contextlib.nullcontext,
+        translate=translate,
+        run_dir=tmp_path,
+        metrics=MetricsLog(tmp_path, tensorboard=False),
+        translate_final=translate,
+    )
+    validator.finish(TrainState(step=4))
+    assert decoded == [("en", "fr", r) for r in rows[:8]] + [("fr", "en", r) for r in rows[8:]]
 
 
 def test_temperature_one_draws_directions_in_proportion_and_higher_evens_them_out():

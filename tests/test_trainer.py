@@ -560,7 +560,7 @@ def test_final_choice_by_beam_ships_the_candidate_with_the_highest_beam_bleu(
         decode={"beam_size": 3, "max_len_b": 5},
     )
     train(cfg, progress=False)
-    assert seen == [(3, 50)] * 4  # the run's beam, on every valid sentence
+    assert seen == [(3, None)] * 4  # the run's beam, on every valid sentence
     folder = cfg.run_dir / "checkpoints"
     (record,) = _records(cfg.run_dir, "final_choice")
     assert list(record["bleu"].values()) == [1.0, 2.0, 5.0, 3.0]

@@ -136,7 +136,7 @@ class Validator:
         try:
             for name, path, _ in candidates:
                 self._use(path, trained)
-                scores.append(self._bleu(self.translate_final, len(self.data.valid)))
+                scores.append(self._bleu(self.translate_final, None))
                 log.info("final choice: %s, BLEU %.2f (beam, whole valid set)", name, scores[-1])
             # On a tie the earlier candidate stays: the best checkpoint needs no rewriting.
             chosen = max(range(len(candidates)), key=lambda i: (scores[i], -i))
@@ -192,8 +192,9 @@ class Validator:
             metrics["bleu"] = self._bleu(self.translate, tc.valid_bleu_sentences)
         return metrics
 
-    def _bleu(self, translate: Callable[..., list[str]], sentences: int) -> float:
-        """Corpus BLEU of `translate` on the first valid sentences, shared between directions."""
+    def _bleu(self, translate: Callable[..., list[str]], sentences: int | None) -> float:
+        """Corpus BLEU of `translate` on the first valid sentences, shared between directions
+        (None: every one)."""
         hyps, refs = [], []
         for part, rows in bleu_rows(self.data, sentences):
             hyps += translate(rows["src"], src_lang=part.src_lang, tgt_lang=part.tgt_lang)
@@ -201,11 +202,13 @@ class Validator:
         return sacrebleu.corpus_bleu(hyps, [refs]).score
 
 
-def bleu_rows(data: Prepared, n: int) -> list[tuple[Part, datasets.Dataset]]:
-    """The valid rows BLEU is taken on: the first `n`, shared out evenly between directions."""
+def bleu_rows(data: Prepared, n: int | None) -> list[tuple[Part, datasets.Dataset]]:
+    """The valid rows BLEU is taken on: the first `n`, shared out evenly between directions;
+    with `n` None, every row of every direction (the final choice's whole valid set)."""
     valid = data.valid
     parts = data.valid_parts or [Part("", "", len(valid))]
-    each = -(-n // len(parts))
+    # An even share of len(valid) leaves out rows of the larger directions when they differ.
+    each = max(p.rows for p in parts) if n is None else -(-n // len(parts))
     out, start = [], 0
     for part in parts:
         take = min(each, part.rows)
