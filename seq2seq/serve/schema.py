@@ -39,7 +39,7 @@ class RequestLimits:
     max_bytes: int = 1_000_000
     max_beam_size: int = 16
     max_tokens: int = 16_384  # source tokens, once the texts are split into sentences
-    max_beam_tokens: int = 65_536  # source tokens × beam size: what bounds its compute
+    max_beam_tokens: int = 65_536  # (source + term tokens) × beam size: bounds its compute
     timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
     body_timeout_s: float = 30.0  # to receive the whole body; past it, 408
     max_glossary_pairs: int = 1000  # term pairs in one request's glossary
