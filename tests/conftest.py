@@ -18,7 +18,7 @@ import torch  # noqa: E402
 from seq2seq.config import ModelConfig  # noqa: E402
 from seq2seq.data.demo_corpus import generate_pairs  # noqa: E402
 from tests.factories import tiny_shape  # noqa: E402
-from tests.marian import write_marian_tokenizer  # noqa: E402
+from tests.hf_models import write_marian_tokenizer  # noqa: E402
 from tests.runs import train_from, write_tiny_config  # noqa: E402
 
 

@@ -63,6 +63,29 @@ def write_tiny_config(folder: Path, pairs: list[tuple[str, str]], **sections) ->
     return path
 
 
+def write_pairs_config(folder: Path, demo_pairs, how: str, **data) -> Path:
+    """A tiny config of two directions, en→fr and fr→en, from the same two files (the reverse
+    direction a third the size), the target language given `how` (`tokenizer.target_language`)."""
+    en, fr = write_parallel(folder, "train", demo_pairs[:300])
+    en_small, fr_small = write_parallel(folder, "small", demo_pairs[300:400])
+    pairs = [
+        {"src_lang": "en", "tgt_lang": "fr", "train": {"src": str(en), "tgt": str(fr)},
+         "valid": {"src": str(en), "tgt": str(fr), "max_pairs": 6}},
+        {"src_lang": "fr", "tgt_lang": "en", "train": {"src": str(fr_small), "tgt": str(en_small)},
+         "valid": {"src": str(fr), "tgt": str(en), "max_pairs": 6}},
+    ]  # fmt: skip
+    config = {
+        "run_dir": str(folder / "run"),
+        "data": {"max_len": 40, "pairs": pairs, **data},
+        **TINY,
+        "tokenizer": {**TINY["tokenizer"], "target_language": how},
+        "train": {**TINY["train"], "max_steps": 4, "eval_every": 4, "valid_bleu_sentences": 6},
+    }
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
 def write_small_config(folder: Path, corpus, run: str = "run", **train_keys) -> Path:
     """`folder/<run>.yaml`: six updates of a one-layer, two-head model with dropout on the
     `corpus` (source, target) files, logging every update (the fault-injection tests' run)."""

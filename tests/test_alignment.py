@@ -72,6 +72,7 @@ def test_grow_diag_final_and_keeps_the_intersection_and_grows_to_unaligned_neigh
     assert links == {(0, 0), (1, 1), (1, 2), (2, 2), (3, 3)}
 
 
+@pytest.mark.slow
 def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_heads(
     translator,
 ):
@@ -92,6 +93,7 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
             assert found[b].log_probs == pytest.approx(log_probs.squeeze(1).tolist(), abs=1e-4)
 
 
+@pytest.mark.slow
 def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
     ids = translator.tokenizer.encode_src(LINES[:1] + LINES[2:])
     with encoder_outputs_kept(translator.model) as kept:
@@ -105,6 +107,7 @@ def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
         torch.testing.assert_close(memory, translator.model.encode(src, src != special.pad))
 
 
+@pytest.mark.slow
 def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_found(
     translator,
 ):
@@ -122,6 +125,7 @@ def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_f
     assert len(found[0].token_probs) == len(hyp.tokens) + 1  # EOS included
 
 
+@pytest.mark.slow
 def test_alignment_pairs_index_the_words_of_the_input_and_output_lines(translator):
     found = annotate(translator, LINES, Annotation(alignments=True, layer=-1))
     for line, a in zip(LINES, found):
@@ -132,11 +136,13 @@ def test_alignment_pairs_index_the_words_of_the_input_and_output_lines(translato
     assert found[1].alignment == [] and found[1].text == ""
 
 
+@pytest.mark.slow
 def test_asking_for_alignments_does_not_change_the_translations(translator):
     found = annotate(translator, LINES, Annotation(alignments=True, token_probs=True))
     assert [a.text for a in found] == translator.translate(LINES)
 
 
+@pytest.mark.slow
 def test_translate_prints_translation_alignment_score_and_probabilities_in_that_order(
     trained_tiny_run,
 ):
@@ -157,6 +163,7 @@ def test_translate_prints_translation_alignment_score_and_probabilities_in_that_
         assert all(0.0 < float(p) <= 1.0 for p in probs.split())
 
 
+@pytest.mark.slow
 def test_translate_refuses_alignments_with_an_nbest_list(trained_tiny_run):
     result = CliRunner().invoke(
         app,

@@ -147,6 +147,7 @@ def run_dir(trained_tiny_run) -> Path:
     return trained_tiny_run
 
 
+@pytest.mark.slow
 def test_attention_command_writes_a_layers_by_heads_png(run_dir, tmp_path):
     out = tmp_path / "cats.png"
     result = CliRunner().invoke(

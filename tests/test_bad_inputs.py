@@ -42,9 +42,10 @@ def _keep_sigpipe():
 class Case:
     """A bad input: `make(tmp, run_dir, tiny_config)` writes it and returns (argv, stdin)."""
 
-    make: Callable[[Path, Path, Callable[..., Path]], tuple[list[str], bytes | None]]
+    make: Callable[[Path, Path | None, Callable[..., Path]], tuple[list[str], bytes | None]]
     exit_code: int
     message: tuple[str, ...]  # fragments of the one error line (formatted with tmp=…)
+    needs_run: bool = False  # reads or copies the trained run (else run_dir is None)
 
 
 def _train(config: Path) -> tuple[list[str], None]:
@@ -166,6 +167,7 @@ CASES = {
         lambda t, r, config: (["translate", "--run", str(r)], b"good line\n\xff\xfe\n"),
         1,
         ("stdin, line 2: invalid UTF-8", "--errors replace"),
+        needs_run=True,
     ),
     "a run directory that is not one": Case(
         lambda t, r, config: (["translate", "--run", str(t)], b"hello\n"),
@@ -173,16 +175,22 @@ CASES = {
         ("is not a run directory",),
     ),
     "a checkpoint from another vocabulary or shape": Case(
-        _other_shape_checkpoint, 1, ("does not fit this model", "another vocabulary or shape")
+        _other_shape_checkpoint,
+        1,
+        ("does not fit this model", "another vocabulary or shape"),
+        needs_run=True,
     ),
     "a truncated checkpoint": Case(
-        _truncated_checkpoint, 1, ("not a readable checkpoint", "truncated or corrupt")
+        _truncated_checkpoint,
+        1,
+        ("not a readable checkpoint", "truncated or corrupt"),
+        needs_run=True,
     ),
     "a checkpoint whose weights are NaN": Case(
-        _nan_checkpoint, 1, ("not finite", "input line(s) 1, 3", "damaged")
+        _nan_checkpoint, 1, ("not finite", "input line(s) 1, 3", "damaged"), needs_run=True
     ),
     "a tokenizer model missing from the run directory": Case(
-        _no_tokenizer, 1, ("tokenizer model missing", "spm.model")
+        _no_tokenizer, 1, ("tokenizer model missing", "spm.model"), needs_run=True
     ),
 }
 
@@ -192,9 +200,14 @@ def _invoke(argv: list[str], stdin: bytes | None, debug: bool = False):
     return CliRunner().invoke(app, [*options, *argv], input=stdin, catch_exceptions=True)
 
 
-@pytest.mark.parametrize("name", list(CASES))
-def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, run_dir, tiny_config):
+@pytest.mark.parametrize(
+    "name",
+    # Cases of a trained run decode it: slow, as every test that does.
+    [pytest.param(n, marks=pytest.mark.slow) if c.needs_run else n for n, c in CASES.items()],
+)
+def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, tiny_config, request):
     case = CASES[name]
+    run_dir = request.getfixturevalue("run_dir") if case.needs_run else None
     argv, stdin = case.make(tmp_path, run_dir, tiny_config)
     result = _invoke(argv, stdin)
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -207,12 +220,13 @@ def test_bad_input_gets_one_clear_message_and_an_exit_code(name, tmp_path, run_d
     assert "Traceback" not in result.output
 
 
-def test_debug_shows_the_traceback_behind_the_message(tmp_path, run_dir):
+def test_debug_shows_the_traceback_behind_the_message(tmp_path):
     result = _invoke(["translate", "--run", str(tmp_path)], b"hello\n", debug=True)
     assert result.exit_code == 1
     assert "Traceback" in result.stderr and "is not a run directory" in result.stderr
 
 
+@pytest.mark.slow
 def test_errors_replace_translates_invalid_utf8_instead_of_stopping(run_dir):
     result = _invoke(
         ["translate", "--run", str(run_dir), "--errors", "replace"], b"good line\n\xff\xfe\nend\n"

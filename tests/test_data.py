@@ -239,6 +239,7 @@ def test_max_len_ratio_defaults_to_mosess_9_may_be_null_and_must_be_at_least_1()
         config(max_len_ratio=0.5)
 
 
+@pytest.mark.slow
 def test_training_logs_the_cleaning_report_on_stderr_and_in_metrics(tmp_path, demo_pairs):
     base, src, tgt = _corpus_and_tokenizer(tmp_path, demo_pairs, offset=1000)
     vsrc, vtgt = write_parallel(tmp_path, "valid", [base[0], base[0], ("", "vide"), LOPSIDED[0]])

@@ -70,6 +70,7 @@ def _full_disk_at(monkeypatch, step: int, which: str, keep: dict) -> None:
         monkeypatch.setattr(checkpoint, "save_model", save_model_until_full)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which, suffix", [("state", ".state.pt"), ("weights", ".safetensors")])
 def test_a_full_disk_while_saving_stops_training_and_keeps_the_checkpoints_before(
     tmp_path, corpus, monkeypatch, which, suffix

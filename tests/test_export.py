@@ -14,6 +14,7 @@ from tests.runs import train_from
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
     tmp_path, tiny_config, demo_pairs, norm_first

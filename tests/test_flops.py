@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from seq2seq.config import ModelConfig
 from seq2seq.model.flops import peak_flops, training_flops
 
@@ -27,6 +29,7 @@ def test_known_gpus_have_a_bf16_peak():
     assert peak_flops("Some Future Accelerator") is None
 
 
+@pytest.mark.slow
 def test_gpu_benchmark_runs_on_cpu(tmp_path):
     out = tmp_path / "gpu.json"
     proc = subprocess.run(

@@ -123,6 +123,7 @@ def _diagonal_agreement(run, pairs) -> float:
     return right / max(total, 1)
 
 
+@pytest.mark.slow
 def test_a_guided_head_learns_the_links_an_unguided_model_does_not(tmp_path, demo_pairs):
     pairs = demo_pairs[:200]
     guided = tmp_path / "guided"

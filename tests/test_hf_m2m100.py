@@ -23,10 +23,14 @@ from seq2seq.data.corpus import prepare_data
 from seq2seq.decode.search import decode
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from tests.hf_models import save_m2m100
 from tests.runs import cli, write_parallel
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
 warnings.filterwarnings("ignore", message=".*sacremoses.*")
+
+# Every test imports an M2M100 or NLLB model (transformers) and decodes, serves or trains it.
+pytestmark = pytest.mark.slow
 
 SENTENCES = [
     "I have three cats.",
@@ -57,89 +61,6 @@ def sentencepiece_model(tmp_path_factory, demo_pairs) -> Path:
         minloglevel=2,
     )
     return folder / "sp.model"
-
-
-def m2m100_tokenizer(sp_model: Path, folder: Path):
-    """An M2M100Tokenizer: fairseq's four specials, then the pieces, in vocab.json."""
-    sp = spm.SentencePieceProcessor(model_file=str(sp_model))
-    vocab = {"<s>": 0, "<pad>": 1, "</s>": 2, "<unk>": 3}
-    for i in range(sp.get_piece_size()):
-        if not (sp.is_control(i) or sp.is_unknown(i)):
-            vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    (folder / "vocab.json").write_text(json.dumps(vocab), "utf-8")
-    tok = transformers.M2M100Tokenizer(
-        vocab_file=str(folder / "vocab.json"), spm_file=str(sp_model), src_lang="en", tgt_lang="fr"
-    )
-    return tok
-
-
-def nllb_tokenizer(sp_model: Path, folder: Path):
-    """An NllbTokenizer converted from the SentencePiece model, with NLLB's language codes."""
-    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
-
-    shutil.copyfile(sp_model, folder / "sentencepiece.bpe.model")
-    config = {
-        "tokenizer_class": "NllbTokenizer",
-        "src_lang": "eng_Latn",
-        "tgt_lang": "fra_Latn",
-        "additional_special_tokens": FAIRSEQ_LANGUAGE_CODES,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
-    return transformers.AutoTokenizer.from_pretrained(folder)
-
-
-def save_m2m100(
-    folder: Path, family: str, sp_model: Path, *, weights: str = "safetensors", tied: bool = False
-):
-    """A tiny random M2M100ForConditionalGeneration and its tokenizer, as save_pretrained
-    writes them (NLLB's folder also gets sentencepiece.bpe.model, as the hub's have)."""
-    folder.mkdir(parents=True)
-    build = folder.with_name(folder.name + "-tok")
-    build.mkdir()
-    tok = (m2m100_tokenizer if family == "m2m100" else nllb_tokenizer)(sp_model, build)
-    size = len(tok)
-    if family == "m2m100":  # as facebook/m2m100_418M: pieces, languages, 8 made-up words
-        size = tok.vocab_size + len(tok.lang_code_to_id) + tok.num_madeup_words
-    config = transformers.M2M100Config(
-        vocab_size=size,
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=128,
-        scale_embedding=True,
-        dropout=0.0,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-        init_std=0.2,  # peaked enough that greedy choices are not near-ties
-        tie_word_embeddings=tied,
-    )
-    torch.manual_seed(3)
-    model = transformers.M2M100ForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        if tied:  # the released checkpoints' layout: one matrix in, out and on both sides
-            return _saved(model, tok, folder, family, sp_model, weights)
-        # EOS scores peak near position 12, so sentences end within the cap (where both
-        # searches agree on ending) at lengths of their own, not in a random model's loops.
-        table = model.model.decoder.embed_positions.get_embedding(16, 32, config.pad_token_id)
-        model.lm_head.weight[config.eos_token_id] = 0.8 * table[14]
-    return _saved(model, tok, folder, family, sp_model, weights)
-
-
-def _saved(model, tok, folder: Path, family: str, sp_model: Path, weights: str):
-    model.save_pretrained(folder)
-    if weights == "bin":  # transformers 5 writes safetensors only; older releases wrote this
-        torch.save(model.state_dict(), folder / "pytorch_model.bin")
-        (folder / "model.safetensors").unlink()
-    tok.save_pretrained(folder)
-    if family == "nllb":
-        shutil.copyfile(sp_model, folder / "sentencepiece.bpe.model")
-    return model, tok
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))

@@ -28,13 +28,16 @@ from seq2seq.decode.search import decode, greedy
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
-from tests.marian import LAYOUTS, SENTENCES, save_marian
+from tests.hf_models import LAYOUTS, SENTENCES, save_marian
 from tests.runs import cli, write_parallel
 
 transformers = pytest.importorskip(
     "transformers", reason="transformers is not installed (pip install 'seq2seq[hf]')"
 )
 warnings.filterwarnings("ignore", message="Recommended: pip install sacremoses")
+
+# Every test imports a MarianMTModel (transformers) and decodes it, trains or exports.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 TARGETS = [
@@ -346,7 +349,6 @@ def test_a_trained_run_exports_as_a_marian_model_transformers_runs_alike(
     assert not math.isnan(ours.sum().item())
 
 
-@pytest.mark.slow
 def test_fine_tuning_an_imported_model_lowers_validation_loss(tied, tmp_path, demo_pairs):
     _, _, imported_run = tied
     train_src, train_tgt = write_parallel(tmp_path, "train", demo_pairs[:1500])

@@ -26,6 +26,7 @@ def _info(*args: str):
     return CliRunner().invoke(app, ["info", *args])
 
 
+@pytest.mark.slow
 def test_json_summary_matches_the_run(run_dir):
     result = _info("--run", str(run_dir), "--json")
     assert result.exit_code == 0, result.output
@@ -53,6 +54,7 @@ def test_json_summary_matches_the_run(run_dir):
     assert info["checkpoints"][-1] == 2
 
 
+@pytest.mark.slow
 def test_text_summary_names_shape_size_vocabulary_and_steps(run_dir):
     result = _info("--run", str(run_dir))
     assert result.exit_code == 0, result.output
@@ -78,6 +80,7 @@ def test_best_bleu_is_the_highest_validation_bleu_in_the_log(tmp_path):
     assert (best["step"], best["bleu"]) == (20, 7.25)
 
 
+@pytest.mark.slow
 def test_best_bleu_is_reported_with_its_step(run_dir, tmp_path):
     copy = copy_run(run_dir, tmp_path)
     with open(copy / "metrics.jsonl", "a") as f:

@@ -12,6 +12,9 @@ from seq2seq.config import load_run_config
 from seq2seq.run.checkpoint import best_or_latest, latest_checkpoint
 from tests.runs import train_from, write_parallel
 
+# Every test trains a run from another trained run.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def base_run(tmp_path_factory, tiny_config):

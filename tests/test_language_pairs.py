@@ -19,39 +19,18 @@ from seq2seq.run.runlog import MetricsLog
 from seq2seq.train.state import TrainState
 from seq2seq.train.validation import Validator, bleu_rows
 from tests.factories import tiny_model
-from tests.runs import TINY, cli, write_parallel
-
-
-def _pairs_config(folder, demo_pairs, how: str, **data) -> object:
-    """en→fr and fr→en from the same two files (the reverse direction a third the size)."""
-    en, fr = write_parallel(folder, "train", demo_pairs[:300])
-    en_small, fr_small = write_parallel(folder, "small", demo_pairs[300:400])
-    pairs = [
-        {"src_lang": "en", "tgt_lang": "fr", "train": {"src": str(en), "tgt": str(fr)},
-         "valid": {"src": str(en), "tgt": str(fr), "max_pairs": 6}},
-        {"src_lang": "fr", "tgt_lang": "en", "train": {"src": str(fr_small), "tgt": str(en_small)},
-         "valid": {"src": str(fr), "tgt": str(en), "max_pairs": 6}},
-    ]  # fmt: skip
-    config = {
-        "run_dir": str(folder / "run"),
-        "data": {"max_len": 40, "pairs": pairs, **data},
-        **TINY,
-        "tokenizer": {**TINY["tokenizer"], "target_language": how},
-        "train": {**TINY["train"], "max_steps": 4, "eval_every": 4, "valid_bleu_sentences": 6},
-    }
-    path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
+from tests.runs import cli, write_pairs_config
 
 
 @pytest.fixture(scope="module", params=["source_tag", "forced_first"])
 def pairs_run(request, tmp_path_factory, demo_pairs):
     """(how the target language is given, a run trained on en→fr and fr→en)."""
     folder = tmp_path_factory.mktemp(request.param)
-    cli("--quiet", "train", "-c", _pairs_config(folder, demo_pairs, request.param))
+    cli("--quiet", "train", "-c", write_pairs_config(folder, demo_pairs, request.param))
     return request.param, folder / "run"
 
 
+@pytest.mark.slow
 def test_language_tags_are_single_pieces_with_the_ids_the_config_names(pairs_run):
     how, run = pairs_run
     cfg = load_run_config(run)
@@ -65,6 +44,7 @@ def test_language_tags_are_single_pieces_with_the_ids_the_config_names(pairs_run
     assert ">>" not in tr.tokenizer.decode_tgt([ids])[0]
 
 
+@pytest.mark.slow
 def test_each_direction_is_trained_with_its_own_tag(pairs_run):
     how, run = pairs_run
     data = prepare_data(load_run_config(run), reuse_tokenizer=True)
@@ -79,6 +59,7 @@ def test_each_direction_is_trained_with_its_own_tag(pairs_run):
         start += part.rows
 
 
+@pytest.mark.slow
 def test_translate_picks_the_direction_and_an_unknown_language_is_one_error(pairs_run, tmp_path):
     how, run = pairs_run
     tr, _ = load_translator(run, device="cpu")
@@ -97,6 +78,7 @@ def test_translate_picks_the_direction_and_an_unknown_language_is_one_error(pair
     assert not (tmp_path / "bad").exists()
 
 
+@pytest.mark.slow
 def test_validation_bleu_shares_its_sentences_between_the_directions(pairs_run):
     _, run = pairs_run
     data = prepare_data(load_run_config(run), reuse_tokenizer=True)
@@ -170,14 +152,14 @@ def test_one_direction_keeps_the_batches_it_always_had():
 
 
 def test_pairs_without_a_way_to_name_the_target_is_one_clear_error(tmp_path, demo_pairs):
-    config = _pairs_config(tmp_path, demo_pairs, "none")
+    config = write_pairs_config(tmp_path, demo_pairs, "none")
     result = cli("train", "-c", config, code=1)
     assert "set tokenizer.target_language to source_tag" in result.output
     assert "Traceback" not in result.output
 
 
 def test_pairs_that_name_no_data_are_one_clear_error_each(tmp_path, demo_pairs):
-    config = _pairs_config(tmp_path, demo_pairs, "source_tag")
+    config = write_pairs_config(tmp_path, demo_pairs, "source_tag")
     data = yaml.safe_load(config.read_text())
     data["data"]["pairs"][1]["train"]["src"] = str(tmp_path / "missing.fr")
     config.write_text(yaml.safe_dump(data))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -18,6 +19,7 @@ from seq2seq.decode.translator import load_translator
 LEGACY = Path(__file__).parent / "data" / "legacy_run"
 
 
+@pytest.mark.slow
 def test_a_run_written_by_the_previous_code_decodes_identically():
     expected = json.loads((LEGACY / "expected.json").read_text(encoding="utf-8"))
     tensors = load_file(str(LEGACY / "expected.safetensors"))

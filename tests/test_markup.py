@@ -102,6 +102,7 @@ def test_void_elements_need_no_slash_in_html_but_do_in_xml():
         parse("one<br>two", "xml")
 
 
+@pytest.mark.slow
 def test_a_malformed_line_is_translated_as_text_with_a_warning(
     trained_tiny_run, caplog, monkeypatch
 ):
@@ -116,6 +117,7 @@ def test_a_malformed_line_is_translated_as_text_with_a_warning(
     assert found[1].text == translator.translate([lines[1]])[0]
 
 
+@pytest.mark.slow
 def test_translate_tags_keeps_every_tag_of_every_line(trained_tiny_run):
     result = CliRunner().invoke(
         app,

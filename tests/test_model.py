@@ -159,6 +159,7 @@ def test_model_follows_dtype_and_device_moves(tiny_model_config):
     assert out.dtype == torch.float64
 
 
+@pytest.mark.slow
 def test_pre_norm_model_trains_on_a_copy_task(tiny_model_config):
     model = tiny_model(tiny_shape(norm_first=True), VOCAB)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)

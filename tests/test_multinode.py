@@ -312,6 +312,7 @@ def test_a_rank_that_raises_stops_the_job_and_its_error_is_shown_once(tmp_path, 
     assert "error: the training job failed: rank 1" in out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["c10d", "static"])
 def test_a_rendezvous_that_cannot_form_times_out_naming_its_endpoint(tmp_path, backend):
     port = _free_port()

@@ -28,6 +28,9 @@ from tests.runs import torchrun_train, write_parallel, write_small_config
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Every test trains: the faults are injected into real training loops.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def corpus(tmp_path, demo_pairs) -> tuple[Path, Path]:
@@ -205,7 +208,6 @@ main()
 """
 
 
-@pytest.mark.slow
 def test_processes_agree_to_skip_and_to_stop_when_one_sees_nan_losses(tmp_path, corpus):
     config = write_small_config(tmp_path, corpus, max_steps=20, max_nonfinite=2, max_tokens=256)
     script = tmp_path / "rank1_nan.py"

@@ -17,7 +17,7 @@ from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
 from seq2seq.model.quantize import int8_device, quantize_int8, quantized_linears
-from tests.marian import LAYOUTS, SENTENCES, save_marian
+from tests.hf_models import LAYOUTS, SENTENCES, save_marian
 from tests.runs import copy_run, train_from
 
 SOURCES_FROM = 1000  # demo pairs past those the tiny run trained on
@@ -55,6 +55,7 @@ def trained_run(tiny_config, demo_pairs, tmp_path_factory) -> Path:
     return train_from(config)
 
 
+@pytest.mark.slow
 def test_int8_gives_float32s_translations_for_most_lines_and_one_per_line(trained_run, demo_pairs):
     sources = [a for a, _ in demo_pairs[SOURCES_FROM : SOURCES_FROM + 60]] + ["", "   "]
     fp32, int8 = _translators(trained_run)
@@ -67,6 +68,7 @@ def test_int8_gives_float32s_translations_for_most_lines_and_one_per_line(traine
     assert same > 0.5, same
 
 
+@pytest.mark.slow
 def test_every_linear_layer_is_int8_the_output_included_and_embeddings_stay_float32(
     trained_tiny_run,
 ):
@@ -87,6 +89,7 @@ def test_every_linear_layer_is_int8_the_output_included_and_embeddings_stay_floa
     assert (a - b).abs().max() < 0.1 * a.abs().max()
 
 
+@pytest.mark.slow
 def test_translate_quantize_int8_through_the_cli(trained_tiny_run, demo_pairs, tmp_path):
     lines = [a for a, _ in demo_pairs[SOURCES_FROM : SOURCES_FROM + 5]] + ["", "I have 3 cats."]
     src = tmp_path / "in.en"
@@ -104,6 +107,7 @@ def test_translate_quantize_int8_through_the_cli(trained_tiny_run, demo_pairs, t
     assert _files(trained_tiny_run) == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "layout", ["tied-swish-bias-safetensors", "untied-output-gelu-bias-safetensors"]
 )
@@ -129,6 +133,7 @@ def _files(run: Path) -> dict[str, tuple[int, int]]:
     return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in run.rglob("*")}
 
 
+@pytest.mark.slow
 def test_int8_on_cuda_is_one_clear_error(trained_tiny_run, monkeypatch):
     with pytest.raises(UserError, match="CPU path"):
         int8_device("cuda:0")
@@ -161,6 +166,7 @@ def test_a_model_on_cuda_is_refused_by_quantize_int8():
         quantize_int8(_OnCuda())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["translate", "evaluate", "serve"])
 def test_an_unknown_quantize_value_is_one_clear_error(trained_tiny_run, command):
     result = CliRunner().invoke(
@@ -203,6 +209,7 @@ def _ct2_dtypes(model_bin: Path) -> dict[str, str]:
     return found
 
 
+@pytest.mark.slow
 def test_ctranslate2_int8_export_stores_int8_weights_and_translates(
     trained_tiny_run, demo_pairs, tmp_path
 ):
@@ -229,6 +236,7 @@ def test_ctranslate2_int8_export_stores_int8_weights_and_translates(
     assert not any("int8" in p.name for p in trained_tiny_run.rglob("*"))
 
 
+@pytest.mark.slow
 def test_bad_export_quantization_is_refused(trained_tiny_run, tmp_path):
     result = CliRunner().invoke(
         app,
@@ -244,6 +252,7 @@ def test_bad_export_quantization_is_refused(trained_tiny_run, tmp_path):
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
+@pytest.mark.slow
 def test_a_run_whose_config_says_int8_still_exports_float32(trained_tiny_run, tmp_path):
     run = copy_run(trained_tiny_run, tmp_path)
     config = run / "config.yaml"

@@ -25,9 +25,12 @@ from seq2seq.cli.app import app
 from seq2seq.config import with_changes
 from seq2seq.decode.translator import load_translator
 from seq2seq.serve.server import listening_socket
-from tests.runs import train_from
+from tests.runs import cli, train_from, write_pairs_config
 
 REPO = Path(__file__).resolve().parents[1]
+
+# Every test starts a server on a trained run.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
@@ -698,11 +701,8 @@ def test_a_plain_request_is_never_decoded_in_one_call_with_a_constrained_one(run
 def test_a_language_tag_or_end_of_sentence_inside_a_text_is_read_as_text_not_as_the_token(
     tmp_path_factory, demo_pairs, monkeypatch
 ):
-    from tests.runs import cli
-    from tests.test_language_pairs import _pairs_config
-
     folder = tmp_path_factory.mktemp("tagged")  # en→fr and fr→en, the target's tag leading
-    cli("--quiet", "train", "-c", _pairs_config(folder, demo_pairs, "source_tag"))
+    cli("--quiet", "train", "-c", write_pairs_config(folder, demo_pairs, "source_tag"))
     seen = []
 
     def recording(sources, options, wanted=None):

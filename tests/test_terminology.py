@@ -11,9 +11,14 @@ from typer.testing import CliRunner
 from seq2seq.cli.app import app
 from seq2seq.decode.glossary import make_glossary
 from seq2seq.decode.translator import load_translator
+from tests.hf_models import save_m2m100
+from tests.runs import cli
 
 LINES = ["The umbrella is blue.", "You want one big chair.", "", "twenty-five"]
 GLOSSARY = "umbrella\tparapluie\nchair\tchaise bleue\n"
+
+# Every test decodes a trained run, most through the CLI or a server.
+pytestmark = pytest.mark.slow
 
 
 def _cli(*args: str, stdin: str | None = None):
@@ -206,8 +211,6 @@ def test_serve_refuses_a_glossary_for_a_model_that_forces_its_target_language_to
     import sentencepiece as spm
 
     from seq2seq.errors import UserError
-    from tests.runs import cli
-    from tests.test_hf_m2m100 import save_m2m100
 
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter([t for pair in demo_pairs[:300] for t in pair]),
