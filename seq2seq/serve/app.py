@@ -274,15 +274,10 @@ def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 
-def _add_translate_route(
-    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics
-) -> None:
-    from fastapi import Request
-    from fastapi.responses import JSONResponse, Response
-    from starlette.requests import ClientDisconnect
-
+def request_preparer(translator: Translator, limits: RequestLimits):
+    """What a worker thread makes of a /translate body: the request parsed, checked and
+    escaped, its glossary's terms found, its lines split and encoded (or a RequestError)."""
     defaults = translator.decode  # what a request does not choose, the run's settings decide
-    schema = TranslateBody.model_json_schema()
     piece_chars = longest_piece(translator)
     specials = special_strings(translator)
     refusal = glossary_refusal(translator)
@@ -307,6 +302,19 @@ def _add_translate_route(
         if req.marked is not None:  # put back around the aligned words once decoded
             sources = [replace(s, marked=m) for s, m in zip(sources, req.marked)]
         return req, sources
+
+    return prepare
+
+
+def _add_translate_route(
+    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics
+) -> None:
+    from fastapi import Request
+    from fastapi.responses import JSONResponse, Response
+    from starlette.requests import ClientDisconnect
+
+    schema = TranslateBody.model_json_schema()
+    prepare = request_preparer(translator, limits)
 
     @app.post(
         "/translate",
@@ -333,14 +341,10 @@ def _add_translate_route(
             return _unavailable("the model is not loaded yet", 1)
         tokens = sum(s.tokens for s in sources)
         segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
+        terms, group = term_tokens(sources), work_group(sources)
         try:
             future = batcher.submit(
-                sources,
-                req.options,
-                tokens,
-                segments=segments,
-                terms=term_tokens(sources),
-                group=work_group(sources),
+                sources, req.options, tokens, segments=segments, terms=terms, group=group
             )
         except QueueFull as e:
             metrics.rejected.inc()
