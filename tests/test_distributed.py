@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from seq2seq.data.batching import update_groups
 from seq2seq.errors import UserError
 from seq2seq.train.distributed import Dist
-from tests.runs import write_parallel
+from tests.runs import torchrun_train, write_parallel, write_tiny_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -121,6 +121,44 @@ def test_two_processes_share_weights_and_match_one_process_on_both_batches(tmp_p
     steps = [r["step"] for r in records if r.get("split") != "data"]
     assert steps == [1, 2, 3]
     assert "2 processes" in proc.stderr
+
+
+# The process group's collectives time out after 10 s, and rank 0's final choice takes 20 s.
+SLOW_FINAL_CHOICE = """
+import sys, time
+from datetime import timedelta
+import torch.distributed as dist
+from seq2seq.train import validation
+init = dist.init_process_group
+dist.init_process_group = lambda *a, **k: init(*a, **{**k, "timeout": timedelta(seconds=10)})
+finish = validation.Validator.finish
+def slow_finish(self, state):
+    time.sleep(20)
+    return finish(self, state)
+validation.Validator.finish = slow_finish
+from seq2seq.cli.app import main
+sys.argv = ["seq2seq", "train", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.slow
+def test_ranks_wait_for_a_final_choice_longer_than_the_collective_timeout(tmp_path, demo_pairs):
+    vsrc, vtgt = write_parallel(tmp_path, "valid", demo_pairs[300:310])
+    config = write_tiny_config(
+        tmp_path,
+        demo_pairs[:300],
+        data={"valid": {"src": str(vsrc), "tgt": str(vtgt)}},
+        train={"final_choice": "beam", "valid_bleu_sentences": 2},
+    )
+    script = tmp_path / "slow_final_choice.py"
+    script.write_text(SLOW_FINAL_CHOICE)
+    proc = torchrun_train(script, config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [
+        json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().split("\n") if x
+    ]
+    assert [r["chosen"] for r in records if r.get("split") == "final_choice"] == ["step 2"]
 
 
 def test_ranks_that_found_different_checkpoints_stop_with_one_clear_error(monkeypatch, tmp_path):

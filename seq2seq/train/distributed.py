@@ -10,6 +10,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -74,6 +75,33 @@ def all_sum(values: list[float], info: Dist, device: torch.device) -> list[float
 def barrier(info: Dist) -> None:
     if info.enabled:
         dist.barrier()
+
+
+# How long the other ranks wait for rank 0's final choice (train.final_choice, average_last),
+# which decodes the whole valid set once per candidate: minutes to hours, past the collective
+# timeout of the process group (10 minutes under NCCL). A rank 0 that crashes still ends the
+# wait at once (its connection closes); only a hung one is waited for this long.
+LONG_WAIT = timedelta(hours=24)
+
+
+def new_waiting_group(info: Dist, timeout: timedelta = LONG_WAIT):
+    """A gloo group of every rank whose collectives time out after `timeout` (None without
+    DDP); every rank calls this together, before the wait it is made for."""
+    if not info.enabled:
+        return None
+    # gloo whatever the training backend: waiting is all it does, on the CPU, with no NCCL
+    # communicator (and its watchdog) held open on the GPU for hours.
+    return dist.new_group(backend="gloo", timeout=timeout)
+
+
+def wait_in(group, info: Dist) -> None:
+    """Every rank waits for the others in `group` (made by new_waiting_group), then leaves it."""
+    if group is None or not info.enabled:
+        return
+    try:
+        dist.barrier(group=group)
+    finally:
+        dist.destroy_process_group(group)
 
 
 def broadcast(obj, info: Dist):

@@ -99,15 +99,21 @@ def one_error_per_job(info: distributed.Dist) -> Iterator[None]:
         ) from None
 
 
-def on_main(job: Callable[[], T], info: distributed.Dist) -> T | None:
+def on_main(job: Callable[[], T], info: distributed.Dist, *, long: bool = False) -> T | None:
     """Rank 0's result of `job`, run on rank 0 alone; a UserError there (a full disk) stops every
-    process, which would otherwise wait for rank 0 at the next collective forever."""
+    process, which would otherwise wait for rank 0 at the next collective forever. A `long` job
+    is waited for up to distributed.LONG_WAIT rather than the process group's timeout."""
+    # The ranks wait in a barrier of a gloo group made for it, rather than all running the job
+    # (the final choice): each GPU would decode the same candidates for the result rank 0 alone
+    # writes, and nothing checks that they would choose alike.
+    group = distributed.new_waiting_group(info) if long else None
     result = failure = None
     if info.is_main:
         try:
             result = job()
         except UserError as e:
             failure = e
+    distributed.wait_in(group, info)
     result, message = distributed.broadcast(
         (result, None if failure is None else str(failure)), info
     )

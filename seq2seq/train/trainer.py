@@ -209,7 +209,7 @@ class _Loop:
         if self._last_save_step != st.step:
             self._save()
         finishing = tc.averages or tc.final_choice == "beam"
-        if finishing and elastic.on_main(self._final_choice, self.info):
+        if finishing and elastic.on_main(self._final_choice, self.info, long=True):
             self._save()  # again: the step's saved state must know the new best, for --resume
         log.info("training finished at step %d (epoch %d)", st.step, st.epoch + 1)
 
