@@ -16,8 +16,11 @@ from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.data.tokenizer import load_tokenizer
 from seq2seq.errors import UserError
 from seq2seq.model.cross_attention import cross_attention_weights
+from seq2seq.model.quantize import quantized_linears
+from seq2seq.report import attention_plot
 from seq2seq.report.plot import attention_cell_inches, plot_attention, plot_positions
 from tests.factories import tiny_model
+from tests.runs import copy_run
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -163,6 +166,31 @@ def test_attention_command_writes_a_layers_by_heads_png(run_dir, tmp_path):
     side = round(100 * attention_cell_inches(n_src, 8))
     # Two decoder layers down; the head mean and four heads across.
     assert _png_size(out) == (5 * side, 2 * side)
+
+
+@pytest.mark.slow
+def test_attention_quantize_overrides_the_runs_decode_quantize(run_dir, tmp_path, monkeypatch):
+    run = copy_run(run_dir, tmp_path)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("quantize: none", "quantize: int8"))
+    int8 = []
+    real = attention_plot.load_translator
+
+    def load_translator(*args, **kwargs):
+        translator, path = real(*args, **kwargs)
+        int8.append(bool(quantized_linears(translator.model)))
+        return translator, path
+
+    monkeypatch.setattr(attention_plot, "load_translator", load_translator)
+    base = ["attention", "--run", str(run), "I have three cats.", "--device", "cpu"]
+    for flags in ([], ["--quantize", "none"], ["--quantize", "int8"]):
+        out = ["--output", str(tmp_path / f"{len(int8)}.png")]
+        result = CliRunner().invoke(app, base + out + flags)
+        assert result.exit_code == 0, result.output
+    assert int8 == [True, False, True]  # the run's int8, then as the flag says
+    result = CliRunner().invoke(app, base + ["--quantize", "int4"])
+    assert result.exit_code == 2 and "quantize" in result.stderr and "'int8'" in result.stderr
+    assert len(int8) == 3  # refused before any model is loaded
 
 
 def test_attention_on_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):

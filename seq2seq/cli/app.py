@@ -830,6 +830,7 @@ def attention(
     ] = None,
     checkpoint: Checkpoint = None,
     device: Device = "auto",
+    quantize: Quantize = None,
 ) -> None:
     """Greedy-translate a sentence and draw each decoder layer's cross-attention as a PNG.
 
@@ -840,7 +841,8 @@ def attention(
     from seq2seq.report.plot import _pyplot, plot_attention
 
     _pyplot()  # fail before loading a model when matplotlib is missing
-    model, tokenizer, decode, _ = load_for_attention(run, checkpoint, device)
+    quantize = _decode_settings(run, quantize=quantize).quantize  # checked as translate does
+    model, tokenizer, decode, _ = load_for_attention(run, checkpoint, device, quantize=quantize)
     src, out, weights = attention_of_translation(model, tokenizer, decode, sentence)
     log.info("translation: %s", tokenizer.tgt.decode_pieces(out[:-1]))
     print(plot_attention(src, out, weights, output or Path("attention.png")))

@@ -44,7 +44,10 @@ def attention_of_translation(
     return src_pieces, out_pieces, [w[0].float().cpu() for w in weights]
 
 
-def load_for_attention(run_dir: Path, checkpoint: Path | None, device: str):
-    """The model, tokenizer and decode settings of a run, as `translate` would load them."""
-    translator, path = load_translator(run_dir, checkpoint, device)
+def load_for_attention(
+    run_dir: Path, checkpoint: Path | None, device: str, *, quantize: str | None = None
+):
+    """The model, tokenizer and decode settings of a run, as `translate` would load them (int8
+    or not as `quantize` says, default the run's decode.quantize)."""
+    translator, path = load_translator(run_dir, checkpoint, device, quantize=quantize)
     return translator.model, translator.tokenizer, translator.decode, path
