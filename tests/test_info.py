@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
+from seq2seq.config import DecodeConfig
 from seq2seq.model.transformer import count_parameters
-from seq2seq.report.info import best_validation
+from seq2seq.report.info import best_validation, final_choice
 from seq2seq.run.checkpoint import list_checkpoints
 from seq2seq.run.rundir import load_run
+from seq2seq.serve.app import ServeConfig, run_info
 from tests.runs import copy_run
 
 
@@ -88,6 +91,59 @@ def test_best_bleu_is_reported_with_its_step(run_dir, tmp_path):
     info = json.loads(_info("--run", str(copy), "--json").stdout)
     assert (info["best_bleu"], info["best_bleu_step"]) == (12.5, 2)
     assert "best BLEU:     12.50 at step 2" in _info("--run", str(copy)).stdout
+
+
+def _log(run_dir: Path, *records: dict) -> None:
+    with open(run_dir / "metrics.jsonl", "a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+
+
+AVERAGE = "average of steps 1-2 (2)"
+FINAL_CHOICE = {"step": 2, "split": "final_choice", "bleu": {"step 2": 9.5, AVERAGE: 14.25}}
+
+
+@pytest.mark.slow
+def test_after_a_final_choice_info_shows_the_shipped_weights_beam_bleu(run_dir, tmp_path):
+    copy = copy_run(run_dir, tmp_path)
+    _log(
+        copy,
+        {"step": 2, "split": "valid", "loss": 4.0, "bleu": 12.5},
+        {**FINAL_CHOICE, "chosen": AVERAGE},
+    )
+    info = json.loads(_info("--run", str(copy), "--json").stdout)
+    assert (info["best_bleu"], info["best_bleu_step"]) == (14.25, 2)
+    assert info["best_bleu_from"] == "final_choice"
+    assert info["final_choice"] == {"step": 2, "chosen": AVERAGE, "bleu": 14.25}
+    text = _info("--run", str(copy)).stdout
+    assert (
+        f"best BLEU:     14.25 at step 2, final choice (beam, whole valid set): {AVERAGE}" in text
+    )
+    # The server's /info says the same.
+    translator = types.SimpleNamespace(device="cpu", decode=DecodeConfig())
+    served = run_info(copy, list_checkpoints(copy)[-1].weights, translator, ServeConfig())
+    assert (served["best_bleu"], served["best_bleu_from"]) == (14.25, "final_choice")
+
+
+@pytest.mark.slow
+def test_without_a_final_choice_info_shows_the_best_validation_bleu_as_before(run_dir, tmp_path):
+    copy = copy_run(run_dir, tmp_path)
+    _log(copy, {"step": 2, "split": "valid", "loss": 4.0, "bleu": 12.5})
+    info = json.loads(_info("--run", str(copy), "--json").stdout)
+    assert (info["best_bleu"], info["best_bleu_from"], info["final_choice"]) == (
+        12.5,
+        "validation",
+        None,
+    )
+    assert "best BLEU:     12.50 at step 2\n" in _info("--run", str(copy)).stdout
+
+
+def test_a_final_choice_replaced_by_a_later_best_checkpoint_is_not_shown(tmp_path):
+    _log(tmp_path, {**FINAL_CHOICE, "chosen": "step 2"})
+    assert final_choice(tmp_path) == {"step": 2, "chosen": "step 2", "bleu": 9.5}
+    # Resumed and trained on, the run's validation at step 6 made a new best checkpoint.
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "best.json").write_text(json.dumps({"step": 6, "bleu": 11.0}))
+    assert final_choice(tmp_path) is None
 
 
 def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):

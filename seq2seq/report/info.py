@@ -32,6 +32,43 @@ def best_validation(run_dir: Path) -> dict[str, Any] | None:
     return best
 
 
+def final_choice(run_dir: Path) -> dict[str, Any] | None:
+    """The last final choice (train.final_choice: beam) in the run's metrics log, if the best
+    checkpoint still holds the weights it chose: {step, chosen, bleu} with the chosen one's
+    beam BLEU on the whole valid set."""
+    path = Path(run_dir) / METRICS_NAME
+    if not path.is_file():
+        return None
+    last = None
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+        if record.get("split") == "final_choice" and record.get("chosen") in record.get("bleu", {}):
+            last = record
+    if last is None:
+        return None
+    # A run resumed and trained on after its final choice may have made a new best since.
+    best = checkpoint_dir(run_dir) / f"{BEST}.json"
+    if best.is_file() and json.loads(best.read_text(encoding="utf-8"))["step"] > last["step"]:
+        return None
+    return {"step": last["step"], "chosen": last["chosen"], "bleu": last["bleu"][last["chosen"]]}
+
+
+def _shipped_bleu(run_dir: Path) -> dict[str, Any]:
+    """The BLEU of the weights shipped: the final choice's when there is one (beam, the whole
+    valid set), else the best validation's (greedy, the first valid sentences)."""
+    chosen = final_choice(run_dir)
+    best = chosen or best_validation(run_dir)
+    return {
+        "best_bleu": None if best is None else best["bleu"],
+        "best_bleu_step": None if best is None else best["step"],
+        "best_bleu_from": None if best is None else "final_choice" if chosen else "validation",
+        "final_choice": chosen,
+    }
+
+
 def run_summary(run_dir: Path) -> dict[str, Any]:
     """Config summary, parameter count, tokenizer, steps trained and best BLEU of a run."""
     run_dir = Path(run_dir)
@@ -39,7 +76,6 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
     tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
     m = cfg.model
     checkpoints = list_checkpoints(run_dir)
-    best = best_validation(run_dir)
     return {
         "run_dir": str(run_dir),
         "model": {
@@ -69,8 +105,8 @@ def run_summary(run_dir: Path) -> dict[str, Any]:
         "steps_trained": checkpoints[-1].step if checkpoints else 0,
         "checkpoints": [c.step for c in checkpoints],
         "has_best": (checkpoint_dir(run_dir) / f"{BEST}.safetensors").is_file(),
-        "best_bleu": None if best is None else best["bleu"],
-        "best_bleu_step": None if best is None else best["step"],
+        # The best checkpoint's BLEU, and how it was measured (best_bleu_from).
+        **_shipped_bleu(run_dir),
     }
 
 
@@ -102,6 +138,8 @@ def format_summary(info: dict[str, Any]) -> str:
         if info["best_bleu"] is not None
         else "not measured yet"
     )
+    if info.get("best_bleu_from") == "final_choice":
+        bleu += f", final choice (beam, whole valid set): {info['final_choice']['chosen']}"
     lines = [
         ("run", info["run_dir"]),
         (

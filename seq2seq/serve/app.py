@@ -158,6 +158,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
         "checkpoint": str(Path(checkpoint).resolve()),
         "steps_trained": summary["steps_trained"],
         "best_bleu": summary["best_bleu"],
+        "best_bleu_from": summary["best_bleu_from"],  # final_choice (beam) or validation (greedy)
         "model": summary["model"],
         "parameters": summary["parameters"],
         "tokenizer": summary["tokenizer"],
