@@ -47,17 +47,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from seq2seq.data.batching import pad  # noqa: E402
-from seq2seq.decode.alignment import (  # noqa: E402
+from seq2seq.data.tokenizer import word_starts  # noqa: E402
+from seq2seq.decode.alignment import grow_diag_final_and, replay, word_alignment  # noqa: E402
+from seq2seq.decode.annotate import (  # noqa: E402
     Annotation,
     OutputFields,
     annotate,
-    grow_diag_final_and,
     render_lines,
-    replay,
-    word_alignment,
-    word_starts,
+    translate_tagged,
 )
-from seq2seq.decode.markup import parse, same_markup, translate_tagged  # noqa: E402
+from seq2seq.decode.markup import parse, same_markup  # noqa: E402
 from seq2seq.decode.translator import load_translator  # noqa: E402
 
 EVAL_PAIRS = 2000

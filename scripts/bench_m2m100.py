@@ -114,8 +114,7 @@ def seq2seq_decode(run: Path, src: list[str], beam: int):
     from seq2seq.decode.translator import load_translator
 
     decode = run_decode(run, beam_size=beam, length_penalty=1.0, split_sentences=False)
-    tr, _ = load_translator(run, device="cpu", decode=decode)
-    tr.set_languages("en", "fr")
+    tr, _ = load_translator(run, device="cpu", decode=decode, src_lang="en", tgt_lang="fr")
     plan = batches([len(x) for x in tr.tokenizer.encode_src(src, "en")])
 
     def run_all() -> list[str]:

@@ -18,6 +18,14 @@ import os
 import signal
 import sys
 
+from torch.distributed import DistError
+from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
+from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
+
+from seq2seq.cli.app import main as cli_main
+
 
 def _conf(text: str | None) -> dict[str, str]:
     pairs = (item.split("=", 1) for item in (text or "").split(",") if "=" in item)
@@ -66,12 +74,10 @@ def child_failure_message(error) -> str:
 def train_in_fork(*argv: str) -> None:
     """One worker: `seq2seq ARGV` in a process forked from the agent, which has imported torch
     and the trainer already; those pages stay shared between the ranks of a machine."""
-    from seq2seq.cli.app import main
-
     _default_signal_handlers()
     sys.argv = ["seq2seq", *argv]
     try:
-        main()
+        cli_main()
     except SystemExit as e:  # typer ends by exiting; the agent wants a return on success
         if e.code not in (0, None):
             raise
@@ -90,8 +96,6 @@ def _default_signal_handlers() -> None:
 
 def start_failure_message(args, error: BaseException) -> str:
     """Why the agent could not start the job: the rendezvous timed out, or what else failed."""
-    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
-
     text = str(error)
     # A static rendezvous reports its wait as the store's timeout, not RendezvousTimeoutError.
     timed_out = isinstance(error, RendezvousTimeoutError) or "timed out" in text.lower()
@@ -105,7 +109,6 @@ def start_failure_message(args, error: BaseException) -> str:
 
 
 def _endpoint(args) -> str:
-    from torch.distributed import run as torchrun
 
     return torchrun.get_rdzv_endpoint(args) or "(none)"
 
@@ -119,6 +122,7 @@ def _forking(config_from_args):
             # Import once here: a forked worker shares these pages (torch's operator tables,
             # the modules' code) until it writes them; gc.freeze keeps the collector from
             # touching, and so copying, every object the imports made.
+            # Only a `-m seq2seq` job forks, and only it wants the trainer imported here.
             from seq2seq.train import trainer  # noqa: F401
 
             gc.freeze()
@@ -131,12 +135,6 @@ def _forking(config_from_args):
 
 def main(argv: list[str] | None = None) -> int:
     """Run torchrun's agent with `argv`; 0 when every worker finished, 1 with one line if not."""
-    from torch.distributed import DistError
-    from torch.distributed import run as torchrun
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.elastic.rendezvous.api import RendezvousTimeoutError
-
     argv = sys.argv[1:] if argv is None else argv
     args = torchrun.parse_args(argv)
     explicit = any(a.startswith(("--start-method", "--start_method")) for a in argv)

@@ -11,17 +11,16 @@ from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
 from seq2seq.data.batching import pad
+from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import (
-    Annotation,
-    annotate,
     encoder_outputs_kept,
     grow_diag_final_and,
     pharaoh,
     replay,
     word_alignment,
     word_attention,
-    word_starts,
 )
+from seq2seq.decode.annotate import Annotation, annotate
 from seq2seq.decode.translator import load_translator
 from seq2seq.model.cross_attention import cross_attention_weights
 

@@ -8,6 +8,7 @@ import torch
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.constrained import ConstrainedBeam
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
 from seq2seq.model.transformer import Transformer
 
@@ -199,3 +200,57 @@ def test_greedy_search_with_constraints_says_a_beam_of_two_is_needed():
     model, src = _model(8), _sources(8)
     with pytest.raises(ValueError, match="beam size of at least 2"):
         decode(model, src, DecodeConfig(beam_size=1), constraints=[((9,),), (), ()])
+
+
+class _BigramModel:
+    """A scripted decoder: the next token's log-probabilities depend only on the last token
+    (`table[last] = {token: probability}`, the rest shared evenly), whatever the source."""
+
+    class cfg:  # noqa: N801 - the attribute the search reads
+        max_positions = 64
+
+    def __init__(self, table: dict[int, dict[int, float]], vocab: int = 12):
+        self.vocab = vocab
+        rows = []
+        for last in range(vocab):
+            wanted = table.get(last, {})
+            rest = (1.0 - sum(wanted.values())) / (vocab - len(wanted))
+            rows.append([wanted.get(t, rest) for t in range(vocab)])
+        self.logits = torch.tensor(rows).log()
+
+    def encode(self, src, src_mask):
+        return src
+
+    def start_decoding(self, memory, src_mask, beam):
+        class Cache:
+            def reorder(self, rows):
+                pass
+
+            def keep(self, sentences):
+                pass
+
+        return Cache()
+
+    def decode_step(self, ids, cache):
+        return self.logits[ids]
+
+
+def test_constrained_search_stops_only_when_no_open_hypothesis_can_beat_the_kth_finished():
+    # Dynamic beam allocation keeps hypotheses that forced a term early; they finish first, so
+    # stopping at k finished ones dropped the natural translation still under way.
+    strategy = ConstrainedBeam([((5,),)], k=2, eos=EOS_ID, alpha=1.0, norm="gnmt", glue=None)
+    cap = torch.tensor([10])
+    best_possible = -1.2 / length_penalty(10, 1.0, "gnmt")  # log-probabilities only fall
+    open_scores = torch.tensor([[-1.2, -3.0]])
+    kth = torch.tensor([best_possible - 0.01])
+    assert not strategy.done(kth, open_scores, cap, length=4).item()
+    assert strategy.done(torch.tensor([best_possible]), open_scores, cap, length=4).item()
+
+
+def test_a_term_given_twice_appears_twice_and_once_given_once():
+    model = _BigramModel({BOS_ID: {4: 0.9}, 4: {8: 0.5, EOS_ID: 0.4}, 8: {EOS_ID: 0.9}})
+    src = pad([[4, 5, EOS_ID], [4, 5, EOS_ID]])
+    options = DecodeConfig(beam_size=4, length_penalty=1.0, max_len_a=0.0, max_len_b=12)
+    once, twice = decode(model, src, options, constraints=[((9,),), ((9,), (9,))])
+    assert _count(once[0].tokens, (9,)) == 1 and once[0].unmet == ()
+    assert _count(twice[0].tokens, (9,)) == 2 and twice[0].unmet == ()

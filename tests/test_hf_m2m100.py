@@ -225,8 +225,8 @@ def test_a_run_without_a_default_target_needs_one_and_says_which(imported, tmp_p
     with pytest.raises(UserError, match="needs a target language"):
         tr.translate(["I have three cats."])
     lang = FAMILIES[family][2][0]
-    tr.set_languages(tgt_lang=lang)
     explicit = tr.translate_sources(tr.prepare(SENTENCES, tgt_lang=lang))
+    tr, _ = load_translator(run, device="cpu", tgt_lang=lang)
     assert tr.translate(SENTENCES) == [hyps[0][0] for hyps in explicit]
 
 

@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
-from seq2seq.decode.alignment import Annotation
-from seq2seq.decode.markup import MalformedMarkup, parse, reinsert, same_markup, translate_tagged
+from seq2seq.decode.annotate import Annotation, translate_tagged
+from seq2seq.decode.markup import MalformedMarkup, parse, reinsert, same_markup
 from seq2seq.decode.translator import load_translator
 
 TAGGED = [

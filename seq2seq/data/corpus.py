@@ -18,14 +18,9 @@ import torch
 from pandas.util import hash_array  # pandas comes with datasets
 
 from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
+from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.multilingual import encode_sources, encode_targets
-from seq2seq.data.tokenizer import (
-    Tokenizer,
-    load_run_tokenizer,
-    tokenizer_files,
-    train_tokenizer,
-    word_starts,
-)
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, word_starts
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
 from seq2seq.runtime import release_arrow_pages
@@ -627,13 +622,14 @@ def _open_tokenizer(
         return load_run_tokenizer(run_dir, cfg.tokenizer)
     described = ", ".join(x.train.describe() for x in _directions(cfg.data))
     log.info("tokenizer: training SentencePiece (%s) on %s", cfg.tokenizer.type, described)
-    return train_tokenizer(
+    train_tokenizer(
         cfg.tokenizer,
         (t for raw in raws for t in _column(raw, "src")),
         (t for raw in raws for t in _column(raw, "tgt")),
         run_dir,
         threads=torch.get_num_threads(),
     )
+    return load_run_tokenizer(run_dir, cfg.tokenizer)  # with its language tags, if any
 
 
 def _tokenize_parts(

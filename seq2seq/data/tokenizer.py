@@ -238,38 +238,6 @@ def model_paths(run_dir: Path, joint: bool) -> tuple[Path, Path]:
     return folder / "src.model", folder / "tgt.model"
 
 
-def tokenizer_files(run_dir: Path, cfg: TokenizerConfig) -> list[Path]:
-    """The files a run directory's tokenizer is made of."""
-    folder = Path(run_dir) / TOKENIZER_DIR
-    if cfg.layout in ("m2m100", "nllb"):
-        from seq2seq.data.multilingual import tokenizer_files as language_files
-
-        return language_files(run_dir, cfg)
-    if cfg.layout == "marian":
-        extra = [] if cfg.joint else [MARIAN_TARGET_VOCAB]
-        return [folder / name for name in (*MARIAN_FILES, *extra)]
-    return sorted(set(model_paths(run_dir, cfg.joint)))
-
-
-def load_run_tokenizer(run_dir: Path, cfg: TokenizerConfig) -> Tokenizer:
-    """The tokenizer a run directory holds, as its config describes it."""
-    for p in tokenizer_files(run_dir, cfg):
-        if not p.is_file():
-            raise UserError(f"tokenizer model missing from the run directory: {p}")
-    if cfg.layout in ("m2m100", "nllb"):
-        from seq2seq.data.multilingual import load_language_tokenizer
-
-        return load_language_tokenizer(Path(run_dir) / TOKENIZER_DIR, cfg)
-    if cfg.layout == "marian":
-        return load_marian_tokenizer(Path(run_dir) / TOKENIZER_DIR, SpecialIds.of(cfg), cfg.joint)
-    tokenizer = load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
-    if cfg.languages:  # trained here for several pairs: its language tags are atomic pieces
-        from seq2seq.data.multilingual import tagged_tokenizer
-
-        return tagged_tokenizer(tokenizer.src, cfg)
-    return tokenizer
-
-
 def load_tokenizer(run_dir: Path, joint: bool, ids: SpecialIds = DEFAULT_IDS) -> Tokenizer:
     """Load the SentencePiece tokenizer stored in a run directory."""
     src_path, tgt_path = model_paths(run_dir, joint)
@@ -375,7 +343,8 @@ def train_tokenizer(
     *,
     threads: int = 1,
 ) -> Tokenizer:
-    """Train SentencePiece on the training texts and save it in the run directory."""
+    """Train SentencePiece on the training texts, save it in the run directory and load it
+    (plain: a run with language tags opens it through layouts.load_run_tokenizer)."""
     if cfg.layout != "sentencepiece":
         raise UserError(
             f"a tokenizer with layout {cfg.layout!r} is not trained here: import the model "
@@ -388,7 +357,7 @@ def train_tokenizer(
     else:
         _train(cfg, iter(src_texts), src_path, threads)
         _train(cfg, iter(tgt_texts), tgt_path, threads)
-    return load_run_tokenizer(run_dir, cfg)
+    return load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
 
 
 def _chain(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:

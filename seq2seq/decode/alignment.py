@@ -15,47 +15,21 @@ source word and each source word's most attending output word are symmetrised
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
 from seq2seq.data.batching import pad, padding_mask
-from seq2seq.data.tokenizer import SpecialIds, word_starts
-from seq2seq.decode.hypothesis import Hypothesis, length_penalty
-from seq2seq.errors import UserError
+from seq2seq.data.tokenizer import SpecialIds
 from seq2seq.model.cross_attention import explicit_cross_attention
 from seq2seq.model.transformer import Transformer
 
 # None: every decoder layer's attention, averaged. Chosen on /work/bench/enfr12 by
 # scripts/bench_alignment.py (benchmarks/RESULTS-align.md): it agreed best with eflomal.
 DEFAULT_LAYER = None
-
-
-@dataclass(frozen=True)
-class Annotation:
-    """What to add to each translation."""
-
-    alignments: bool = False
-    token_probs: bool = False
-    layer: int | None = (
-        DEFAULT_LAYER  # decoder layer that aligns (negative: from the top; None: all)
-    )
-    head: int | None = None  # that layer's head that aligns (None: all, averaged)
-
-
-@dataclass
-class Annotated:
-    """One output line with what was asked for: the alignment (source word, output word) pairs
-    and the probability of each output token (each sentence's EOS included)."""
-
-    text: str
-    score: float
-    alignment: list[tuple[int, int]] | None = None
-    token_probs: list[float] | None = None
 
 
 @dataclass
@@ -213,7 +187,7 @@ def encoder_outputs_kept(model: Transformer) -> Iterator[dict[tuple, torch.Tenso
 
     def keeping(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
         memory = encode(src, src_mask)
-        kept[_batch_key(src)] = memory
+        kept[batch_key(src)] = memory
         return memory
 
     model.encode = keeping  # an instance attribute, shadowing the method until deleted
@@ -223,201 +197,5 @@ def encoder_outputs_kept(model: Transformer) -> Iterator[dict[tuple, torch.Tenso
         del model.encode
 
 
-def _batch_key(src: torch.Tensor) -> tuple:
+def batch_key(src: torch.Tensor) -> tuple:
     return (tuple(src.shape), src.cpu().numpy().tobytes())
-
-
-def replay_segments(
-    translator,
-    ids: list[list[int]],
-    hyps: list[Hypothesis],
-    annotation: Annotation,
-    kept: dict[tuple, torch.Tensor] | None = None,
-) -> list[Replayed]:
-    """`replay` over many (source, best hypothesis) segments, in the translator's batches
-    (`kept`: their encoder outputs, from `encoder_outputs_kept`)."""
-    special = translator.tokenizer.ids
-    out: list[Replayed | None] = [None] * len(ids)
-    amp = (
-        torch.autocast(translator.device.type, dtype=translator.amp_dtype)
-        if translator.amp_dtype is not None
-        else nullcontext()
-    )
-    n_layers = len(translator.model.decoder_layers)
-    layer, head = annotation.layer, annotation.head
-    if layer is None and translator.guided_head is not None:
-        layer, head = translator.guided_head  # the head trained to align, unless told otherwise
-    if layer is not None and not -n_layers <= layer < n_layers:
-        raise UserError(
-            f"alignment layer {layer}: the model has {n_layers} decoder layers "
-            f"(0 to {n_layers - 1}, or -1 to -{n_layers} from the top)"
-        )
-    every = list(range(n_layers)) if layer is None else [layer]
-    layers = every if annotation.alignments else []
-    was_training = translator.model.training
-    translator.model.eval()
-    try:
-        for chunk in translator.batches(ids):
-            src = pad([ids[j] for j in chunk], pad_id=special.pad).to(translator.device)
-            tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
-            with amp:
-                found = replay(
-                    translator.model,
-                    src,
-                    tgt,
-                    layers=layers,
-                    head=head,
-                    log_probs=annotation.token_probs,
-                    special=special,
-                    memory=(kept or {}).get(_batch_key(src)),
-                )
-            for j, r in zip(chunk, found):
-                out[j] = r
-    finally:
-        translator.model.train(was_training)
-    return out  # type: ignore[return-value]
-
-
-def annotate(translator, lines: list[str], annotation: Annotation) -> list[Annotated]:
-    """The best translation of each line, scored, with the alignment and token probabilities
-    `annotation` asks for (a line split into sentences: theirs, joined)."""
-    return annotate_sources(translator, translator.prepare(lines), annotation)
-
-
-def annotate_sources(translator, sources: list, annotation: Annotation) -> list[Annotated]:
-    """`annotate` of lines already prepared (`Translator.prepare`'s Sources)."""
-    lines = sources  # one output a source
-    ids, owner, terms, firsts = [], [], [], []
-    for i, source in enumerate(sources):
-        ids += [list(seq) for seq in source.segments]
-        owner += [i] * len(source.segments)
-        terms += list(source.constraints) or [()] * len(source.segments)
-        firsts += [source.first] * len(source.segments)
-    extra = annotation.alignments or annotation.token_probs
-    keep = encoder_outputs_kept(translator.model) if extra else nullcontext({})
-    with keep as kept:
-        hyps = [found[0] for found in translator.search(ids, owner, terms, firsts)]
-    replayed = replay_segments(translator, ids, hyps, annotation, kept) if extra and ids else []
-    by_line: dict[int, list[int]] = {}
-    for j, i in enumerate(owner):
-        by_line.setdefault(i, []).append(j)
-    out = [
-        Annotated("", 0.0, [] if annotation.alignments else None, [] if extra else None)
-        for _ in lines
-    ]
-    # Decoded together: one call for the chunk, not one a line.
-    texts = translator.tokenizer.decode_tgt(
-        [[t for j in segs for t in hyps[j].tokens] for segs in by_line.values()]
-    )
-    for (i, segs), text in zip(by_line.items(), texts):
-        out[i] = _line(
-            translator,
-            " ".join(text.split()),
-            [ids[j] for j in segs],
-            [hyps[j] for j in segs],
-            [replayed[j] for j in segs] if replayed else None,
-            annotation,
-        )
-    if not annotation.token_probs:
-        for a in out:
-            a.token_probs = None
-    return out
-
-
-def _line(
-    translator,
-    text: str,
-    ids: list[list[int]],
-    hyps: list[Hypothesis],
-    replayed: list[Replayed] | None,
-    annotation: Annotation,
-) -> Annotated:
-    """One line's annotated translation (`text`, decoded) from its segments' hypotheses."""
-    if len(hyps) == 1:
-        score = hyps[0].score
-    else:
-        d = translator.decode
-        log_prob = sum(h.log_prob for h in hyps)
-        length = sum(len(h.tokens) + 1 for h in hyps)
-        score = log_prob / length_penalty(length, d.length_penalty, d.length_norm)
-    result = Annotated(text, score)
-    if replayed is None:
-        return result
-    if annotation.token_probs:
-        result.token_probs = [math.exp(lp) for r in replayed for lp in r.log_probs or []]
-    if annotation.alignments:
-        result.alignment = _joined_alignment(translator, ids, hyps, replayed)
-    return result
-
-
-def _joined_alignment(translator, ids, hyps, replayed) -> list[tuple[int, int]]:
-    """Word pairs of a line from its segments': words are counted over the whole line, as the
-    joined translation decodes (a segment may begin inside its predecessor's last word)."""
-    tok, specials = translator.tokenizer, _specials(translator.tokenizer)
-    tgt_ids = [[*h.tokens, tok.ids.eos] for h in hyps]
-    src_words = word_starts([p for seq in ids for p in tok.src_pieces(seq)], specials)
-    tgt_words = word_starts([p for seq in tgt_ids for p in tok.tgt_pieces(seq)], specials)
-    pairs: set[tuple[int, int]] = set()
-    src_at = tgt_at = 0  # the segment's first piece in the line
-    for seq, tgt, r in zip(ids, tgt_ids, replayed):
-        seg_src = src_words[src_at : src_at + len(seq)]
-        pairs.update(word_alignment(r.attention, seg_src, tgt_words[tgt_at : tgt_at + len(tgt)]))
-        src_at, tgt_at = src_at + len(seq), tgt_at + len(tgt)
-    return sorted(pairs)
-
-
-def _specials(tokenizer) -> set[str]:
-    ids = tokenizer.ids
-    found = tokenizer.tgt_pieces([ids.eos, ids.pad]) + tokenizer.src_pieces([ids.eos, ids.pad])
-    return set(found)
-
-
-def render(annotated: Annotated, *, alignments: bool, scores: bool, token_probs: bool) -> str:
-    """One output line: the translation, then ` ||| `-separated fields in this order: the
-    alignment, the score, the token probabilities (each only when asked for)."""
-    fields = [annotated.text]
-    if alignments:
-        fields.append(pharaoh(annotated.alignment or []))
-    if scores:
-        fields.append(f"{annotated.score:.4f}")
-    if token_probs:
-        fields.append(" ".join(f"{p:.4f}" for p in annotated.token_probs or []))
-    return " ||| ".join(fields)
-
-
-@dataclass(frozen=True)
-class OutputFields:
-    """What `translate` prints after each translation, and whether lines carry markup."""
-
-    alignments: bool = False
-    scores: bool = False
-    token_probs: bool = False
-    layer: int | None = DEFAULT_LAYER
-    tags: str | None = None  # "html" or "xml": put the line's markup back into its translation
-
-    @property
-    def plain(self) -> bool:
-        """Nothing beyond the translation itself."""
-        return not (self.alignments or self.scores or self.token_probs or self.tags)
-
-
-def render_lines(translator, lines: list[str], fields: OutputFields) -> list[str]:
-    """Each line's output as `fields` asks: the translation (tags put back), then its
-    alignment, score and token probabilities, ` ||| `-separated."""
-    annotation = Annotation(
-        alignments=fields.alignments or fields.tags is not None,
-        token_probs=fields.token_probs,
-        layer=fields.layer,
-    )
-    if fields.tags is None:
-        found = annotate(translator, lines, annotation)
-    else:
-        from seq2seq.decode.markup import translate_tagged  # imported late: only --tags needs it
-
-        found = translate_tagged(translator, lines, annotation, fields.tags)
-    return [
-        render(
-            a, alignments=fields.alignments, scores=fields.scores, token_probs=fields.token_probs
-        )
-        for a in found
-    ]

@@ -95,9 +95,7 @@ def beam_loop(
     first: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a padded batch [B, S] with `strategy` choosing the candidates."""
-    if not 1 <= nbest <= beam:
-        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
-    length_penalty(1, alpha, length_norm)  # reject an unknown norm before any work
+    _check(beam, nbest, alpha, length_norm)
     eos, device, k = special.eos, src.device, beam
     cache, limits = start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     limits = strategy.limits(limits, model.cfg.max_positions - 1)
@@ -135,12 +133,24 @@ def beam_loop(
         if keep.numel() == 0:
             break
         if keep.numel() < n:
-            keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=device)).view(-1)
-            open_.keep(keep, keep_rows)
-            strategy.keep(keep_rows)
-            cache.keep(keep)
+            _narrow(keep, k, open_, strategy, cache)
     gone = [] if dropped is None else list(dropped())
     return _with_dropped(strategy.hypotheses(finished, nbest), gone)
+
+
+def _narrow(keep: torch.Tensor, k: int, open_: _Open, strategy: Strategy, cache) -> None:
+    """Only the sentences `keep` (indices among the active ones) go on decoding."""
+    keep_rows = (keep.unsqueeze(1) * k + torch.arange(k, device=keep.device)).view(-1)
+    open_.keep(keep, keep_rows)
+    strategy.keep(keep_rows)
+    cache.keep(keep)
+
+
+def _check(beam: int, nbest: int, alpha: float, length_norm: str) -> None:
+    """Options that cannot work, refused before any work."""
+    if not 1 <= nbest <= beam:
+        raise ValueError(f"nbest ({nbest}) must be between 1 and the beam size ({beam})")
+    length_penalty(1, alpha, length_norm)  # an unknown norm raises
 
 
 @dataclass

@@ -270,22 +270,3 @@ def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int) -> torch.Tenso
     possible = total.gather(1, order) > -math.inf
     key = torch.where(possible, key, key.new_full((), torch.iinfo(torch.long).max))
     return order.gather(1, key.argsort(dim=1, stable=True))
-
-
-def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int) -> torch.Tensor:
-    """Candidate indices [n, k·M] in dynamic-beam-allocation order: the best of each bank
-    (highest bank first), then the second best of each, …; impossible ones last."""
-    by_score = total.argsort(dim=1, descending=True, stable=True)
-    bank_s = bank.gather(1, by_score)
-    by_bank = bank_s.argsort(dim=1, descending=True, stable=True)
-    order = by_score.gather(1, by_bank)  # by bank, then score
-    banks = bank_s.gather(1, by_bank)
-    where = torch.arange(order.size(1), device=total.device).expand_as(order)
-    opens = torch.ones_like(banks, dtype=torch.bool)
-    opens[:, 1:] = banks[:, 1:] != banks[:, :-1]  # the first candidate of each bank
-    starts = torch.where(opens, where, 0)
-    rank = where - starts.cummax(dim=1).values  # place within its bank
-    key = rank * nb + (nb - 1 - banks)
-    possible = total.gather(1, order) > -math.inf
-    key = torch.where(possible, key, key.new_full((), torch.iinfo(torch.long).max))
-    return order.gather(1, key.argsort(dim=1, stable=True))

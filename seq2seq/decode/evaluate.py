@@ -233,20 +233,41 @@ def evaluate(
 
     if constraints is not None and len(constraints) != len(sources):
         raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
-    translator, used = load_translator(run_dir, checkpoint, device, decode=decode)
-    translator.glossary = glossary
-    translator.set_languages(src_lang, tgt_lang)  # a many-language model's direction
+    languages = {"src_lang": src_lang, "tgt_lang": tgt_lang}
+    translator, used = load_translator(
+        run_dir, checkpoint, device, decode=decode, glossary=glossary, **languages
+    )
     hypotheses = translator.translate(sources, constraints)
-    s = score(hypotheses, references)
-
     out_dir = Path(output_dir) if output_dir else run_dir / "eval"
     out_dir.mkdir(parents=True, exist_ok=True)
     hyp_path = out_dir / f"{name}.hyp"
     atomic_write_text(hyp_path, "".join(h + "\n" for h in hypotheses))
-    report: dict[str, Any] = {
+    report = {
         "run": str(run_dir),
         "checkpoint": str(used),
         "data": described,
+        **_scores(translator, sources, hypotheses, references),
+        "hypotheses_file": str(hyp_path),
+        "hypotheses": hypotheses,
+    }
+    if glossary is not None or constraints is not None:
+        terms = constraints or [glossary.terms_in(line) for line in sources]
+        report["terminology"] = term_use(hypotheses, terms)
+    if base_report is not None:
+        c = paired_bootstrap(base_report["hypotheses"], hypotheses, references)
+        report["comparison"] = {"baseline_report": str(baseline), **c.__dict__}
+        report["comparison"]["significant"] = c.significant
+    path = Path(report_path) if report_path else out_dir / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    report["report"] = str(path)
+    return report
+
+
+def _scores(translator, sources, hypotheses, references) -> dict[str, Any]:
+    """The report's scores, lengths and decoding settings."""
+    s = score(hypotheses, references)
+    return {
         "sentences": len(sources),
         "languages": {"source": translator.src_lang, "target": translator.tgt_lang},
         "references_sha256": _fingerprint(references),
@@ -262,24 +283,7 @@ def evaluate(
             "search": "greedy" if translator.decode.beam_size == 1 else "beam",
             **translator.decode.model_dump(),
         },
-        "hypotheses_file": str(hyp_path),
-        "hypotheses": hypotheses,
     }
-    if glossary is not None or constraints is not None:
-        terms = constraints or [glossary.terms_in(line) for line in sources]
-        report["terminology"] = term_use(hypotheses, terms)
-    if base_report is not None:
-        c = paired_bootstrap(base_report["hypotheses"], hypotheses, references)
-        report["comparison"] = {
-            "baseline_report": str(baseline),
-            **c.__dict__,
-            "significant": c.significant,
-        }
-    path = Path(report_path) if report_path else out_dir / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
-    report["report"] = str(path)
-    return report
 
 
 def _read_baseline(path: Path) -> dict[str, Any]:

@@ -250,25 +250,3 @@ def same_markup(a: str, b: str, fmt: str = "html") -> bool:
         return False
     key = lambda m: sorted([s.open + s.close for s in m.spans] + [p.text for p in m.points])  # noqa: E731
     return key(ma) == key(mb)
-
-
-def translate_tagged(translator, lines: list[str], annotation, fmt: str) -> list:
-    """Translate lines that carry markup (an alignment is needed, so `annotation` must ask for
-    one): each Annotated's text has the markup put back; the alignment stays that of the plain
-    text. A malformed line is translated as it is, with a warning."""
-    from seq2seq.decode.alignment import annotate
-
-    plain, marked = [], []
-    for n, line in enumerate(lines, 1):
-        try:
-            m = parse(line, fmt)
-        except MalformedMarkup as e:
-            log.warning("line %d: malformed markup (%s); translated as plain text", n, e)
-            m = None
-        marked.append(m)
-        plain.append(line if m is None else m.text)
-    found = annotate(translator, plain, annotation)
-    for m, a in zip(marked, found):
-        if m is not None:  # its words escaped, and its markup (if any) put back
-            a.text = reinsert(m, a.text, a.alignment or [])
-    return found

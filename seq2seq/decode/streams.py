@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import BinaryIO, TextIO
 
 from seq2seq.data.corpus import decode_line
-from seq2seq.decode.alignment import OutputFields, render_lines
+from seq2seq.decode.annotate import OutputFields, render_lines
 from seq2seq.decode.translator import Translator
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
@@ -69,16 +69,17 @@ def _render(
             raise UserError(
                 "--constraints cannot be combined with --alignments, --scores or --tags"
             )
-        return "".join(line + "\n" for line in render_lines(translator, chunk, fields))
+        found = render_lines(translator, chunk, fields, first_line=first)
+        return "".join(line + "\n" for line in found)
     terms = None if constraints is None else constraints[first : first + len(chunk)]
     if terms is not None and len(terms) < len(chunk):
         line = first + len(terms) + 1
         raise UserError(f"{len(constraints)} lines of constraints; input line {line} has none")
     if translator.decode.nbest == 1:
-        return "".join(t + "\n" for t in translator.translate(chunk, terms))
+        return "".join(t + "\n" for t in translator.translate(chunk, terms, first_line=first))
     return "".join(
         f"{first + i} ||| {text} ||| {score:.4f}\n"
-        for i, hyps in enumerate(translator.translate_nbest(chunk, terms))
+        for i, hyps in enumerate(translator.translate_nbest(chunk, terms, first_line=first))
         for text, score in hyps
     )
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -16,7 +17,7 @@ from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.glossary import Glossary, check_terms, term_ids
+from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
@@ -39,6 +40,7 @@ class Source:
     first: int | None = None  # the target's forced first token (a many-language model's tag)
     # Markup taken out of the line (serve's "format"): put back around the aligned words.
     marked: Any = field(default=None, compare=False)
+    line: int = field(default=0, compare=False)  # its 0-based line in the job's input, for messages
 
     @property
     def tokens(self) -> int:
@@ -48,11 +50,8 @@ class Source:
 
 class Translator:
     """Translates lists of lines in length-sorted batches; one result per input, always.
-
-    With `decode.split_sentences`, a line of several sentences is decoded sentence by sentence
-    and its translations joined (their tokens concatenated, so the target SentencePiece model
-    puts the space between them).
-    """
+    With `decode.split_sentences`, a line's sentences are decoded apart and their tokens joined.
+    Built ready by `load_translator`; nothing is set on it later."""
 
     def __init__(
         self,
@@ -64,19 +63,23 @@ class Translator:
         amp_dtype: torch.dtype | None = None,
         src_lang: str = "en",
         tgt_lang: str = "",
+        glossary: Glossary | None = None,
+        guided_head: tuple[int, int] | None = None,
     ):
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
         self.device, self.amp_dtype = device, amp_dtype
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_src_len = model.cfg.max_positions
-        self.glossary: Glossary | None = None  # terms every line is checked for, if any
+        self.glossary = glossary  # terms every line is checked for, if any
         # (decoder layer, head) trained on word alignments (train.alignment), if one was.
-        self.guided_head: tuple[int, int] | None = None
+        self.guided_head = guided_head
+        self._cache: dict[str, Any] = {"warned": set()}  # shared by `with_decode` copies
 
-    def set_languages(self, src_lang: str | None = None, tgt_lang: str | None = None) -> None:
-        """Translate from and into these languages from now on (checked: one clear error)."""
-        src, tgt = self.languages(src_lang, tgt_lang)
-        self.src_lang, self.tgt_lang = src, tgt
+    def with_decode(self, decode: DecodeConfig) -> Translator:
+        """The same model, tokenizer and glossary, decoding with other settings (a request's)."""
+        other = copy.copy(self)
+        other.decode = decode
+        return other
 
     def languages(self, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
         """The (source, target) languages a request means, the run's defaults filling in;
@@ -91,20 +94,25 @@ class Translator:
         *,
         src_lang: str | None = None,
         tgt_lang: str | None = None,
+        first_line: int = 0,
     ) -> list[str]:
-        """The best translation of each line; empty (or blank) lines give empty outputs."""
-        sources = self.prepare(lines, constraints=constraints, src_lang=src_lang, tgt_lang=tgt_lang)
+        """The best translation of each line; empty (or blank) lines give empty outputs
+        (`first_line`: the 0-based number of the first, for messages)."""
+        languages = {"src_lang": src_lang, "tgt_lang": tgt_lang}
+        sources = self.prepare(lines, constraints=constraints, first_line=first_line, **languages)
         return [best[0][0] for best in self.translate_sources(sources)]
 
     def translate_nbest(
-        self, lines: list[str], constraints: list[list[str]] | None = None
+        self, lines: list[str], constraints: list[list[str]] | None = None, first_line: int = 0
     ) -> list[list[tuple[str, float]]]:
         """The `decode.nbest` best (text, score) pairs of each line, best first; each holds the
-        line's target terms (`constraints`, else those of `glossary`) once.
+        line's target terms (`constraints`, else those of `glossary`).
 
         An n-best list (nbest > 1) is of whole lines: such lines are never split.
         """
-        return self.translate_sources(self.prepare(lines, constraints=constraints))
+        return self.translate_sources(
+            self.prepare(lines, constraints=constraints, first_line=first_line)
+        )
 
     def prepare(
         self,
@@ -115,6 +123,8 @@ class Translator:
         constraints: list[list[str]] | None = None,
         src_lang: str | None = None,
         tgt_lang: str | None = None,
+        first_line: int = 0,
+        truncate: bool = True,
     ) -> list[Source]:
         """Each line split into sentences (as `options`, default `decode`, say) and encoded,
         truncated to the model's positions; a blank line has no segments. `src_lang` and
@@ -126,33 +136,32 @@ class Translator:
         options = options or self.decode
         glossary = glossary if glossary is not None else self.glossary
         src_lang, tgt_lang = self.languages(src_lang, tgt_lang)
-        first = forced_first_token(self.tokenizer, tgt_lang)
-        split = options.split_sentences and options.nbest == 1
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
-        segments, owner, terms = [], [], []  # what is decoded, its line, its target terms
-        for i, line in enumerate(lines):
-            if not line.strip():
-                continue
-            given = constraints[i] if constraints is not None else None
-            whole = not split or bool(given)
-            parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
-            segments += [p.strip() for p in parts]
-            owner += [i] * len(parts)
-            for p in parts:
-                found = given if given is not None else glossary.terms_in(p) if glossary else []
-                terms.append(check_terms(found, f"input line {i + 1}"))
+        split = options.split_sentences and options.nbest == 1
+        segments, owner, terms = _segments(
+            lines, constraints, glossary, split, src_lang, first_line
+        )
         if any(terms) and options.beam_size < 2:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
         wanted: list[list[tuple[tuple[int, ...], ...]]] = [[] for _ in lines]
-        for i, seq, found in zip(owner, self._encode(segments, owner, (src_lang, tgt_lang)), terms):
+        numbers = [first_line + i for i in owner]
+        most = self.max_src_len if truncate else None  # serve refuses (413) instead of cutting
+        encoded = _encode(self.tokenizer, segments, numbers, (src_lang, tgt_lang), most)
+        for i, seq, found in zip(owner, encoded, terms):
             pieces[i].append(tuple(seq))
-            where = f"input line {i + 1}"
+            where = f"input line {first_line + i + 1}"
+            if constraints is None:  # a glossary's: a term the model cannot write is skipped
+                found = _writable(self.tokenizer, found, where, self._cache["warned"])
             wanted[i].append(
                 term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
             )
-        return [Source(tuple(p), tuple(w) if any(w) else (), first) for p, w in zip(pieces, wanted)]
+        first = forced_first_token(self.tokenizer, tgt_lang)
+        return [
+            Source(tuple(p), tuple(w) if any(w) else (), first, line=first_line + i)
+            for i, (p, w) in enumerate(zip(pieces, wanted))
+        ]
 
     def translate_sources(
         self, sources: list[Source], wanted: Callable[[int], bool] | None = None
@@ -160,45 +169,42 @@ class Translator:
         """`translate_nbest` of lines already prepared (split and encoded). `wanted(i)`, asked
         while decoding, says whether line i's result is still awaited; the lines it gives up
         on stop early and come back empty."""
-        if any(source.marked is not None for source in sources):
-            return _with_markup(self, sources)
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
-        ids, owner, terms = [], [], []  # what is decoded, its line, its target terms
-        for i, source in enumerate(sources):
-            ids += [list(seq) for seq in source.segments]
-            owner += [i] * len(source.segments)
-            terms += list(source.constraints) or [()] * len(source.segments)
-        firsts = [sources[i].first for i in owner]
-        found = self._search(ids, owner, terms, firsts, wanted)
+        ids, owner, terms, firsts = flatten(sources)
         by_line: dict[int, list[list[Hypothesis]]] = {}
-        for i, hyps in zip(owner, found):
+        numbers = [sources[i].line for i in owner]
+        for i, hyps in zip(owner, self.search(ids, owner, terms, firsts, wanted, numbers)):
             by_line.setdefault(i, []).append(hyps)
-        alpha, norm = self.decode.length_penalty, self.decode.length_norm
         for i, pieces in by_line.items():
             if wanted is not None and not wanted(i):
                 continue  # stopped part-way: whatever the search holds is not a translation
-            hyps = pieces[0] if len(pieces) == 1 else [_joined([p[0] for p in pieces], alpha, norm)]
+            hyps = pieces[0] if len(pieces) == 1 else [joined_hypothesis(pieces, self.decode)]
             texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
             # Never a newline inside an output line.
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def _encode(
-        self, segments: list[str], owner: list[int], langs: tuple[str, str]
-    ) -> list[list[int]]:
-        """Source ids of each segment, cut to the model's maximum (`owner`: input line
-        indices, for the warning; `langs`: source and target language)."""
-        ids = encode_sources(self.tokenizer, segments, *langs) if segments else []
-        for j, seq in enumerate(ids):
-            if len(seq) > self.max_src_len:
-                log.warning(
-                    "input line %d has %d tokens; truncated to the model's maximum of %d",
-                    owner[j] + 1,
-                    len(seq),
-                    self.max_src_len,
-                )
-                ids[j] = seq[: self.max_src_len - 1] + [self.tokenizer.ids.eos]
-        return ids
+    def batches(self, ids: list[list[int]]) -> list[list[int]]:
+        """Indices of `ids` in the length-sorted batches they are decoded in."""
+        return decode_batches(ids, self.decode.batch_size, self.decode.max_tokens)
+
+    def batched(self, ids: list[list[int]]) -> Iterator[tuple[list[int], torch.Tensor]]:
+        """The one batched engine: (indices, padded sources on the device) of each batch,
+        the model in eval mode and under the run's autocast while the caller uses it."""
+        was_training = self.model.training
+        self.model.eval()
+        amp = (
+            torch.autocast(self.device.type, dtype=self.amp_dtype)
+            if self.amp_dtype is not None
+            else nullcontext()
+        )
+        try:
+            for chunk in self.batches(ids):
+                src = pad([ids[j] for j in chunk], pad_id=self.tokenizer.ids.pad)
+                with amp:
+                    yield chunk, src.to(self.device)
+        finally:
+            self.model.train(was_training)
 
     def search(
         self,
@@ -206,92 +212,162 @@ class Translator:
         owner: list[int],
         terms: list | None = None,
         firsts: list[int | None] | None = None,
+        wanted: Callable[[int], bool] | None = None,
+        numbers: list[int] | None = None,
     ) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each encoded segment (`owner`: its input line index;
-        `terms`, `firsts`: its target terms and forced first token, as a Source holds them)."""
-        return self._search(ids, owner, terms, firsts)
-
-    def batches(self, ids: list[list[int]]) -> list[list[int]]:
-        """Indices of `ids` in the length-sorted batches they are decoded in."""
-        return decode_batches(ids, self.decode.batch_size, self.decode.max_tokens)
-
-    def _search(
-        self,
-        ids: list[list[int]],
-        owner: list[int],
-        terms: list | None = None,
-        firsts: list[int | None] | None = None,
-        wanted: Callable[[int], bool] | None = None,
-    ) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each segment (`owner`: input line indices, for messages;
-        `terms`: the target terms, token ids, each segment must hold; `firsts`: each one's
-        forced first target token, or None; `wanted`: see translate_sources)."""
+        `terms`, `firsts`: its target terms and forced first token, as a Source holds them;
+        `wanted`: see translate_sources; `numbers`: 0-based line numbers for messages)."""
+        numbers = numbers or owner
         terms = terms or [()] * len(ids)
         firsts = firsts or [None] * len(ids)
-        found: list[list[Hypothesis]] = [[] for _ in ids]
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            for chunk in self.batches(ids):
-                dropped = None
-                if wanted is not None:
-                    dropped = partial(_unwanted, wanted, [owner[j] for j in chunk])
-                    if all(dropped()):
-                        for j in chunk:
-                            found[j] = [Hypothesis([], 0.0, 0.0)]
-                        continue
-                try:
-                    results = self._decode_batch(
-                        [ids[j] for j in chunk],
-                        [terms[j] for j in chunk],
-                        [firsts[j] for j in chunk],
-                        dropped,
-                    )
-                except SearchError as e:
-                    bad = sorted({owner[chunk[i]] + 1 for i in e.sentences})
-                    raise UserError(
-                        f"the model's scores are not finite (NaN or infinite) for input line(s) "
-                        f"{', '.join(map(str, bad))}: no translation; is the checkpoint damaged?"
-                    ) from None
-                for j, hyps in zip(chunk, results):
-                    found[j] = hyps
-                    _warn_unmet(hyps[0], owner[j])
-        finally:
-            self.model.train(was_training)
+        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in ids]
+        for chunk, src in self.batched(ids):
+            dropped = None
+            if wanted is not None:
+                dropped = partial(_unwanted, wanted, [owner[j] for j in chunk])
+                if all(dropped()):
+                    continue
+            results = _decode_batch(
+                self,
+                src,
+                [terms[j] for j in chunk],
+                [firsts[j] for j in chunk],
+                dropped,
+                [numbers[j] for j in chunk],
+            )
+            for j, hyps in zip(chunk, results):
+                found[j] = hyps
+                _warn_unmet(hyps[0], numbers[j])
         return found
 
-    def _decode_batch(
-        self, ids: list[list[int]], terms: list, firsts: list[int | None], dropped=None
-    ) -> list[list[Hypothesis]]:
-        special = self.tokenizer.ids
-        src = pad(ids, pad_id=special.pad).to(self.device)
-        # Rows of one batch may start different target languages (a server's requests).
-        first = None if firsts[0] is None else torch.tensor(firsts, device=self.device)
-        amp = (
-            torch.autocast(self.device.type, dtype=self.amp_dtype)
-            if self.amp_dtype is not None
-            else nullcontext()
-        )
-        constrained = {"constraints": terms, "glue": self._glue()} if any(terms) else {}
-        with amp:
-            return decode(
-                self.model,
-                src,
-                self.decode,
-                special=special,
-                dropped=dropped,
-                first=first,
-                **constrained,
-            )
-
-    def _glue(self) -> torch.Tensor:
+    def glue_mask(self) -> torch.Tensor:
         """Target pieces that continue the word before them (no "▁", a letter or digit first):
-        constrained search keeps them from right after a term. Computed once."""
-        if getattr(self, "_glue_mask", None) is None:
-            pieces = self.tokenizer.tgt_vocabulary()
-            mask = [not p.startswith("▁") and p[:1].isalnum() for p in pieces]
-            self._glue_mask = torch.tensor(mask, dtype=torch.bool, device=self.device)
-        return self._glue_mask
+        constrained search keeps them from right after a term. Computed once a translator."""
+        if "glue" not in self._cache:
+            self._cache["glue"] = glue_mask(self.tokenizer, self.device)
+        return self._cache["glue"]
+
+
+def _encode(
+    tokenizer: Tokenizer,
+    segments: list[str],
+    owner: list[int],
+    langs: tuple[str, str],
+    most: int | None,
+) -> list[list[int]]:
+    """Source ids of each segment, cut to `most` tokens if given (`owner`: 0-based input line
+    numbers, for the warning; `langs`: source and target language)."""
+    ids = encode_sources(tokenizer, segments, *langs) if segments else []
+    for j, seq in enumerate(ids):
+        if most is not None and len(seq) > most:
+            log.warning(
+                "input line %d has %d tokens; truncated to the model's maximum of %d",
+                owner[j] + 1,
+                len(seq),
+                most,
+            )
+            ids[j] = seq[: most - 1] + [tokenizer.ids.eos]
+    return ids
+
+
+def _decode_batch(
+    translator: Translator, src, terms: list, firsts: list[int | None], dropped, owner
+):
+    # Rows of one batch may start different target languages (a server's requests).
+    first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
+    constrained = {"constraints": terms, "glue": translator.glue_mask()} if any(terms) else {}
+    special = translator.tokenizer.ids
+    try:
+        return decode(
+            translator.model,
+            src,
+            translator.decode,
+            special=special,
+            dropped=dropped,
+            first=first,
+            **constrained,
+        )
+    except SearchError as e:
+        raise _not_finite(sorted({owner[i] + 1 for i in e.sentences})) from None
+
+
+def _not_finite(lines: list[int]) -> UserError:
+    return UserError(
+        f"the model's scores are not finite (NaN or infinite) for input line(s) "
+        f"{', '.join(map(str, lines))}: no translation; is the checkpoint damaged?"
+    )
+
+
+def glue_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
+    """Which target pieces continue the word before them (no "▁", a letter or digit first)."""
+    mask = [not p.startswith("▁") and p[:1].isalnum() for p in tokenizer.tgt_vocabulary()]
+    return torch.tensor(mask, dtype=torch.bool, device=device)
+
+
+def flatten(sources: list[Source]) -> tuple[list[list[int]], list[int], list, list]:
+    """The segments of prepared lines, one list each: ids, owner line, terms, first token."""
+    ids, owner, terms, firsts = [], [], [], []
+    for i, source in enumerate(sources):
+        ids += [list(seq) for seq in source.segments]
+        owner += [i] * len(source.segments)
+        terms += list(source.constraints) or [()] * len(source.segments)
+        firsts += [source.first] * len(source.segments)
+    return ids, owner, terms, firsts
+
+
+def _segments(
+    lines, constraints, glossary: Glossary | None, split: bool, src_lang: str, first: int
+):
+    """What is decoded (a line, or its sentences), the line each belongs to, and its target
+    terms (given per line, else the glossary's found in that segment; `first`: the 0-based
+    number of the first line, for messages)."""
+    segments, owner, terms = [], [], []
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        given = constraints[i] if constraints is not None else None
+        whole = not split or bool(given)
+        parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
+        segments += [p.strip() for p in parts]
+        owner += [i] * len(parts)
+        for p in parts:
+            where = f"input line {first + i + 1}"
+            if given is not None:
+                terms.append(check_terms(given, where))
+            else:
+                terms.append(
+                    check_terms(_at_most(glossary.terms_in(p) if glossary else [], where), where)
+                )
+    return segments, owner, terms
+
+
+def _at_most(terms: list[str], where: str) -> list[str]:
+    """A glossary's hits in one sentence, the MAX_CONSTRAINTS longest when there are more
+    (each is a bank of the beam): the sentence is still translated, with a warning."""
+    if len(terms) <= MAX_CONSTRAINTS:
+        return terms
+    keep = set(sorted(range(len(terms)), key=lambda j: -len(terms[j]))[:MAX_CONSTRAINTS])
+    log.warning(
+        "%s: %d glossary terms found; the %d longest are kept", where, len(terms), MAX_CONSTRAINTS
+    )
+    return [t for j, t in enumerate(terms) if j in keep]
+
+
+def _writable(tokenizer: Tokenizer, terms: list[str], where: str, warned: set) -> list[str]:
+    """A glossary's terms less those with pieces the model cannot output (each warned about
+    once: `warned` holds those already named)."""
+    unk = tokenizer.ids.unk
+    out = []
+    for term, ids in zip(terms, tokenizer.encode_tgt(terms) if terms else []):
+        if unk not in ids:
+            out.append(term)
+        elif term not in warned:
+            warned.add(term)
+            log.warning(
+                "%s: glossary term %r has pieces the model cannot output; skipped", where, term
+            )
+    return out
 
 
 def _warn_unmet(best: Hypothesis, line: int) -> None:
@@ -329,22 +405,11 @@ def decode_batches(
     return batches
 
 
-def _with_markup(translator: Translator, sources: list[Source]) -> list[list[tuple[str, float]]]:
-    """Best translations with each source's markup put back around the words aligned to the
-    words it wrapped (a batch holding markup is aligned whole)."""
-    from seq2seq.decode.alignment import Annotation, annotate_sources
-    from seq2seq.decode.markup import reinsert
-
-    found = annotate_sources(translator, sources, Annotation(alignments=True))
-    return [
-        [(a.text if s.marked is None else reinsert(s.marked, a.text, a.alignment or []), a.score)]
-        for s, a in zip(sources, found)
-    ]
-
-
-def _joined(hyps: list[Hypothesis], alpha: float, norm: str) -> Hypothesis:
-    """One hypothesis of a line from those of its sentences: tokens in order, log-probabilities
-    summed, scored with the length penalty of the whole (each sentence's EOS counted)."""
+def joined_hypothesis(pieces: list[list[Hypothesis]], decode: DecodeConfig) -> Hypothesis:
+    """One hypothesis of a line from the best of each of its sentences: tokens in order,
+    log-probabilities summed, scored with the length penalty of the whole (each EOS counted)."""
+    hyps = [p[0] for p in pieces]
+    alpha, norm = decode.length_penalty, decode.length_norm
     tokens = [t for h in hyps for t in h.tokens]
     log_prob = sum(h.log_prob for h in hyps)
     length = sum(len(h.tokens) + 1 for h in hyps)
@@ -357,27 +422,33 @@ def load_translator(
     device: str = "auto",
     *,
     decode: DecodeConfig | None = None,
+    glossary: Glossary | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    quantize: Literal["none", "int8"] | None = None,
 ) -> tuple[Translator, Path]:
-    """A Translator for a run directory's best (else latest) or a given checkpoint, decoding
-    with `decode` (default: the run's own settings; `decode.quantize: int8` loads it int8)."""
+    """A ready Translator for a run directory's best (else latest) or a given checkpoint,
+    decoding with `decode` (default: the run's own settings), checking lines for `glossary`'s
+    terms, between `src_lang` and `tgt_lang` (default: the run's; checked: one clear error),
+    its weights int8 when `quantize` (default: `decode.quantize`) says so."""
     decode = decode or load_run_config(run_dir).decode
-    int8 = decode.quantize == "int8"
+    int8 = (quantize or decode.quantize) == "int8"
     dev = resolve_device(int8_device(device) if int8 else device)
     run = load_run(run_dir, checkpoint, dev)
     if int8:  # once, at load: decoding then runs the int8 model like any other
         quantize_int8(run.model)
-    amp = autocast_dtype(dev, "auto")
-    data = run.config.data
+    data, guided = run.config.data, run.config.train.alignment
     translator = Translator(
         run.model,
         run.tokenizer,
         decode,
         dev,
-        amp_dtype=amp,
+        amp_dtype=autocast_dtype(dev, "auto"),
         src_lang=data.src_lang,
         tgt_lang=data.tgt_lang,
+        glossary=glossary,
+        guided_head=None if guided is None else (guided.layer, guided.head),
     )
-    guided = run.config.train.alignment
-    if guided is not None:
-        translator.guided_head = (guided.layer, guided.head)
+    if src_lang or tgt_lang:  # a many-language model's direction
+        translator.src_lang, translator.tgt_lang = translator.languages(src_lang, tgt_lang)
     return translator, run.checkpoint

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.config import load_run_config, run_decode
-from seq2seq.data.tokenizer import tokenizer_files
+from seq2seq.config import load_run_config
+from seq2seq.data.layouts import tokenizer_files
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 
@@ -118,9 +118,7 @@ def export_ctranslate2(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder; choose a new one")
     # Float32 weights always (whatever the run's decode.quantize): CTranslate2 quantizes itself.
-    translator, _ = load_translator(
-        run_dir, checkpoint, "cpu", decode=run_decode(run_dir, quantize="none")
-    )
+    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none")
     tok = translator.tokenizer
     spec = transformer_spec(translator.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
 

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from seq2seq.config import load_run_config
-from seq2seq.data.tokenizer import load_run_tokenizer
+from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.model.transformer import build_model, count_parameters
 from seq2seq.run.checkpoint import BEST, checkpoint_dir, list_checkpoints
 from seq2seq.run.runlog import METRICS_NAME

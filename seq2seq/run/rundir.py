@@ -20,7 +20,8 @@ from seq2seq.config import (
     save_config,
     validate_config,
 )
-from seq2seq.data.tokenizer import Tokenizer, load_run_tokenizer, tokenizer_files
+from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
+from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, UserError
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run.checkpoint import (

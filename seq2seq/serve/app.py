@@ -11,11 +11,9 @@ answers, so /health and /metrics answer while a request is parsed or a batch dec
 # optional extra).
 
 import asyncio
-import copy
 import logging
 import math
 import re
-import sys
 import time
 import uuid
 from contextlib import asynccontextmanager
@@ -26,6 +24,7 @@ from typing import Any
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.multilingual import SPECIAL_STRINGS, is_many_language
+from seq2seq.decode.annotate import translate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
@@ -69,11 +68,7 @@ def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
     def decode(sources: list[Source], options: DecodeConfig, wanted) -> list[Hypotheses]:
-        # A shallow copy shares the model and tokenizer and keeps whatever else the Translator
-        # holds; only its decode settings change.
-        t = copy.copy(translator)
-        t.decode = options
-        return t.translate_sources(sources, wanted)
+        return translate_sources(translator.with_decode(options), sources, wanted)
 
     return decode
 
@@ -85,18 +80,16 @@ def prepare_languages(
     source carries its forced first token) with its glossary's terms, each sentence whole (see
     `check_sentence_tokens`); a language the model lacks, or a term that cannot be kept
     (greedy search, too many, unknown pieces), is a 422."""
-    # A copy that never cuts a sentence to the model's positions, as `translate` does with a
-    # warning: a client is told (413) instead of getting the translation of a sentence's head.
-    translator = copy.copy(translator)
-    translator.max_src_len = sys.maxsize
     try:
         src, tgt = translator.languages(req.source_lang, req.target_lang)
     except UserError as e:
         field = "source_lang" if "source language" in str(e) else "target_lang"
         raise RequestError(422, field, str(e)) from None
     try:
+        # Sentences whole, never cut to the model's positions as `translate` does with a
+        # warning: a client is told (413) instead of getting the translation of a head.
         return translator.prepare(
-            req.lines, req.options, glossary=glossary, src_lang=src, tgt_lang=tgt
+            req.lines, req.options, glossary=glossary, src_lang=src, tgt_lang=tgt, truncate=False
         )
     except UserError as e:
         raise RequestError(422, "glossary", str(e)) from None

@@ -10,7 +10,10 @@ import socket
 from pathlib import Path
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decode.glossary import read_glossary
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from seq2seq.runtime import set_threads
 from seq2seq.serve.app import ServeConfig, ServerState, create_app, run_info
 
 log = logging.getLogger(__name__)
@@ -41,27 +44,8 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def serve(
-    run_dir: Path,
-    cfg: ServeConfig,
-    *,
-    checkpoint: Path | None = None,
-    device: str = "auto",
-    decode: DecodeConfig | None = None,
-    threads: int | None = None,
-    quiet: bool = False,
-    glossary: Path | None = None,
-) -> None:
-    """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit);
-    `glossary`: the term pairs every request is decoded with (a request may add its own)."""
-    try:
-        import uvicorn
-    except ImportError:
-        raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
-    from seq2seq.decode.glossary import read_glossary
-    from seq2seq.decode.translator import load_translator
-    from seq2seq.runtime import set_threads
-
+def _check_limits(cfg: ServeConfig) -> None:
+    """A request limit above its batch limit could never be met: one clear error."""
     if cfg.request.max_lines > cfg.batch.max_queue_lines:
         raise UserError(
             f"--max-request-lines ({cfg.request.max_lines}) must not exceed --max-queue "
@@ -72,18 +56,10 @@ def serve(
             f"--max-request-beam-tokens ({cfg.request.max_beam_tokens}) must not exceed "
             f"--max-batch-beam-tokens ({cfg.batch.max_beam_tokens})"
         )
-    terms = read_glossary(glossary) if glossary is not None else None
-    sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
-    set_threads(threads)
-    try:
-        translator, path = load_translator(run_dir, checkpoint, device, decode=decode)
-        translator.glossary = terms
-        info = run_info(run_dir, path, translator, cfg)
-    except BaseException:
-        sock.close()
-        raise
-    state = ServerState()
-    app = create_app(translator, info, cfg, state)
+
+
+def _announce(cfg: ServeConfig, info: dict, path: Path, sock: socket.socket) -> None:
+    """Where the server listens, and a warning when other machines can reach it."""
     host, port = sock.getsockname()[:2]
     if cfg.host not in LOOPBACK:
         log.warning(
@@ -100,6 +76,40 @@ def serve(
         f"[{host}]" if ":" in host else host,
         port,
     )
+
+
+def serve(
+    run_dir: Path,
+    cfg: ServeConfig,
+    *,
+    checkpoint: Path | None = None,
+    device: str = "auto",
+    decode: DecodeConfig | None = None,
+    threads: int | None = None,
+    quiet: bool = False,
+    glossary: Path | None = None,
+) -> None:
+    """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit);
+    `glossary`: the term pairs every request is decoded with (a request may add its own)."""
+    try:
+        import uvicorn  # optional: the `serve` extra
+    except ImportError:
+        raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
+    _check_limits(cfg)
+    terms = read_glossary(glossary) if glossary is not None else None
+    sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
+    set_threads(threads)
+    try:
+        translator, path = load_translator(
+            run_dir, checkpoint, device, decode=decode, glossary=terms
+        )
+        info = run_info(run_dir, path, translator, cfg)
+        state = ServerState()
+        app = create_app(translator, info, cfg, state)  # may refuse the glossary: close the port
+    except BaseException:
+        sock.close()
+        raise
+    _announce(cfg, info, path, sock)
     config = uvicorn.Config(
         app,
         log_level="warning" if quiet else "info",
