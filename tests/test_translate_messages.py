@@ -56,3 +56,10 @@ def test_a_glossary_term_the_model_cannot_write_is_skipped_and_named_once(
         out = t.translate(["one cat and one dog", "two cats", "the cat"])
     assert len(out) == 3
     assert caplog.text.count("'猫咪' has pieces the model cannot output; skipped") == 1
+
+
+def test_a_source_term_said_twice_asks_for_its_target_term_twice(tmp_path, demo_pairs):
+    t = _translator(tmp_path, demo_pairs, pairs=[("hundred", "cent")])
+    (source,) = t.prepare(["three hundred and one hundred"])
+    (cent,) = t.tokenizer.encode_tgt(["cent"])
+    assert source.constraints == (((tuple(cent),) * 2),)

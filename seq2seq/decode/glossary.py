@@ -43,12 +43,10 @@ class Glossary:
     base: Glossary | None = None
 
     def terms_in(self, sentence: str) -> list[str]:
-        """The target terms whose source term occurs in `sentence`, in order, each once."""
-        found: list[str] = []
-        for _, _, target in self.find(sentence):
-            if target not in found:
-                found.append(target)
-        return found
+        """The target term of each source term occurrence in `sentence`, in order: a term
+        whose source occurs twice is listed twice, and the search then places it twice
+        ("cent vingt et un mille deux cent" keeps both "cent")."""
+        return [target for _, _, target in self.find(sentence)]
 
     def find(self, sentence: str) -> list[tuple[int, int, str]]:
         """Each source term occurrence as (start, end, target term), spans of `sentence`,
@@ -156,7 +154,8 @@ def read_constraints(path: Path) -> list[list[str]]:
 
 
 def check_terms(terms: object, where: str) -> list[str]:
-    """`terms` as a list of distinct non-empty target terms, or an error naming `where`."""
+    """`terms` as a list of non-empty target terms (a term given twice must appear twice), or
+    an error naming `where`."""
     if not isinstance(terms, list) or not all(isinstance(t, str) for t in terms):
         raise UserError(f"{where}: constraints are a JSON list of strings (target terms)")
     clean: list[str] = []
@@ -166,8 +165,7 @@ def check_terms(terms: object, where: str) -> list[str]:
             raise UserError(f"{where}: a target term is empty")
         if len(term) > MAX_TERM_CHARS:
             raise UserError(f"{where}: a target term is over {MAX_TERM_CHARS} characters")
-        if term not in clean:
-            clean.append(term)
+        clean.append(term)
     if len(clean) > MAX_CONSTRAINTS:
         raise UserError(
             f"{where}: {len(clean)} constraints; at most {MAX_CONSTRAINTS} for one sentence"
