@@ -6,10 +6,19 @@ from pathlib import Path
 
 import torch
 
-from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
+from seq2seq.config import (
+    CONFIG_NAME,
+    DecodeConfig,
+    ModelConfig,
+    TokenizerConfig,
+    load_config,
+    save_config,
+)
 from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.decode.translator import Translator
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
+from seq2seq.run.checkpoint import save_checkpoint
+from tests.runs import write_tiny_config
 
 # Two layers each side of four heads: big enough for every code path, milliseconds to run.
 TINY_MODEL = {
@@ -59,3 +68,20 @@ def tiny_translator(
     torch.manual_seed(0)
     model = build_model(cfg, tokenizer).eval()
     return Translator(model, tokenizer, decode, torch.device("cpu"))
+
+
+def untrained_run(folder: Path, pairs: list[tuple[str, str]], **sections) -> Path:
+    """A run directory without training: the tiny config (these keys changed), a tokenizer
+    trained on `pairs` and a random model, its output sharpened so that greedy choices are not
+    near-ties, saved as the step-0 checkpoint. What reads a run, read in milliseconds."""
+    cfg = load_config(write_tiny_config(folder, pairs, **sections))
+    tokenizer = train_tokenizer(
+        cfg.tokenizer, [a for a, _ in pairs], [b for _, b in pairs], cfg.run_dir
+    )
+    torch.manual_seed(0)
+    model = build_model(cfg.model, tokenizer)
+    with torch.no_grad():
+        model.output.weight.mul_(4.0)
+    save_config(cfg, cfg.run_dir / CONFIG_NAME)
+    save_checkpoint(cfg.run_dir, 0, model, {"train": {"step": 0}})
+    return cfg.run_dir

@@ -1,4 +1,5 @@
-"""`seq2seq export`: the exported CTranslate2 model translates exactly as the project does."""
+"""`seq2seq export`: the exported CTranslate2 model translates exactly as the project does, and a
+run exported as a Hugging Face model imports back to the same model."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
 from seq2seq.config import run_decode
+from seq2seq.data.batching import no_peek_mask, pad, padding_mask
+from seq2seq.data.tokenizer import BOS_ID
 from seq2seq.decode.translator import load_translator
-from tests.runs import train_from
+from tests.factories import untrained_run
+from tests.runs import cli, train_from
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -42,8 +46,40 @@ def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
     tokenizer_files = sorted(p.name for p in (run / "tokenizer").glob("*.model"))
     assert tokenizer_files and sorted(p.name for p in out.glob("*.model")) == tokenizer_files
 
-    sources = [a for a, _ in demo_pairs[600:660]]
-    cap = 20
+    theirs, ours = _greedy_translations(run, out, [a for a, _ in demo_pairs[600:660]])
+    assert theirs == ours
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_an_untrained_runs_ctranslate2_export_decodes_as_the_project_greedily(
+    tmp_path, demo_pairs, norm_first
+):
+    run = untrained_run(tmp_path, demo_pairs[:300], model={"norm_first": norm_first})
+    cli("--quiet", "export", "--run", run, "--format", "ctranslate2", tmp_path / "ct2")
+    theirs, ours = _greedy_translations(run, tmp_path / "ct2", [a for a, _ in demo_pairs[600:620]])
+    assert theirs == ours
+
+
+def test_a_run_exported_as_hugging_face_imports_back_with_the_same_ids_and_logits(
+    tmp_path, demo_pairs
+):
+    run = untrained_run(tmp_path, demo_pairs[:300])
+    cli("--quiet", "export", "--run", run, "--format", "hf", tmp_path / "hf")
+    cli("--quiet", "import", "hf", tmp_path / "hf", tmp_path / "back")
+    (ours, _), (back, _) = (load_translator(r, device="cpu") for r in (run, tmp_path / "back"))
+    sources = [a for a, _ in demo_pairs[600:604]]
+    src = pad(ours.tokenizer.encode_src(sources))
+    assert back.tokenizer.encode_src(sources) == ours.tokenizer.encode_src(sources)
+    tgt_in = torch.full((len(sources), 3), BOS_ID)
+    with torch.no_grad():
+        logits = [
+            t.model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in)) for t in (ours, back)
+        ]
+    torch.testing.assert_close(logits[1], logits[0], rtol=1e-5, atol=1e-5)
+
+
+def _greedy_translations(run, out, sources: list[str], cap: int = 20) -> tuple[list, list]:
+    """(CTranslate2's greedy outputs from the export in `out`, the project's) for `sources`."""
     greedy = run_decode(run, beam_size=1, max_len_a=0.0, max_len_b=cap)
     translator, _ = load_translator(run, device="cpu", decode=greedy)
     torch.manual_seed(0)
@@ -57,7 +93,7 @@ def test_exported_ctranslate2_model_gives_the_projects_greedy_translations(
     theirs = [
         " ".join(translator.tokenizer.tgt.decode_pieces(r.hypotheses[0]).split()) for r in results
     ]
-    assert theirs == ours
+    return theirs, ours
 
 
 def test_export_into_a_non_empty_folder_or_an_unknown_format_is_refused(tmp_path):

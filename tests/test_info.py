@@ -16,6 +16,7 @@ from seq2seq.report.info import best_validation, final_choice
 from seq2seq.run.checkpoint import list_checkpoints
 from seq2seq.run.rundir import load_run
 from seq2seq.serve.app import ServeConfig, run_info
+from tests.factories import untrained_run
 from tests.runs import copy_run
 
 
@@ -55,6 +56,19 @@ def test_json_summary_matches_the_run(run_dir):
     assert info["steps_trained"] == 2
     assert info["checkpoints"] == [c.step for c in list_checkpoints(run_dir)]
     assert info["checkpoints"][-1] == 2
+
+
+def test_an_untrained_runs_summary_counts_the_saved_model_and_no_steps(tmp_path, demo_pairs):
+    run = untrained_run(tmp_path, demo_pairs[:300], model={"norm_first": True, "ffn_dim": 48})
+    result = _info("--run", str(run), "--json")
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.stdout)
+    assert info["parameters"] == count_parameters(load_run(run).model)
+    assert (info["model"]["norm"], info["model"]["ffn_dim"]) == ("pre", 48)
+    assert (info["steps_trained"], info["checkpoints"]) == (0, [0])
+    text = _info("--run", str(run)).stdout
+    assert "d_model 32, 4 heads, 1+2 layers, ffn 48, pre-norm" in text
+    assert "steps trained: 0" in text and f"{info['parameters']:,}" in text
 
 
 @pytest.mark.slow

@@ -13,10 +13,12 @@ from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
 from seq2seq.config import ConfigError, DecodeConfig, run_decode
+from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
 from seq2seq.model.quantize import int8_device, quantize_int8, quantized_linears
+from tests.factories import tiny_model
 from tests.hf_models import LAYOUTS, SENTENCES, save_marian
 from tests.runs import copy_run, train_from
 
@@ -159,6 +161,21 @@ def test_int8_on_cuda_is_one_clear_error(trained_tiny_run, monkeypatch):
 class _OnCuda(nn.Module):
     def parameters(self, recurse: bool = True):
         yield SimpleNamespace(device=torch.device("cuda"))
+
+
+def test_quantize_int8_makes_every_linear_int8_and_keeps_a_tiny_models_logits_close():
+    model = tiny_model(vocab=50, seed=0).eval()
+    src, tgt_in = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]), torch.tensor([[1, 11, 12]] * 2)
+    masks = padding_mask(src), no_peek_mask(tgt_in)
+    with torch.no_grad():
+        expected = model(src, tgt_in, *masks)
+        linears = _float_linears(model)
+        quantize_int8(model)
+        got = model(src, tgt_in, *masks)
+    assert sorted(quantized_linears(model)) == sorted(linears) and "output" in linears
+    assert _float_linears(model) == [] and model.src_embed.weight.dtype == torch.float32
+    assert (got - expected).abs().max() < 0.05 * expected.abs().max()
+    assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.5  # most choices kept
 
 
 def test_a_model_on_cuda_is_refused_by_quantize_int8():

@@ -24,7 +24,6 @@ from typer.testing import CliRunner
 from seq2seq.cli.app import app
 from seq2seq.config import with_changes
 from seq2seq.decode.translator import load_translator
-from seq2seq.serve.server import listening_socket
 from tests.runs import cli, train_from, write_pairs_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -581,22 +580,6 @@ def test_a_request_budget_over_the_batch_budget_is_one_error_line(run_dir):
     assert result.output.startswith(
         "error: --max-request-beam-tokens (200000) must not exceed --max-batch-beam-tokens (100000)"
     )
-
-
-def test_a_folder_that_is_not_a_run_is_one_error_line(tmp_path):
-    result = CliRunner().invoke(app, ["serve", "--run", str(tmp_path), "--port", "0"])
-    assert result.exit_code == 1
-    assert result.output.startswith("error: ") and "not a run directory" in result.output
-
-
-def test_the_listening_socket_is_tcp_so_answers_are_not_held_back_by_nagle():
-    # asyncio turns TCP_NODELAY on only for sockets whose protocol says TCP; without it each
-    # answer's body waited for the client's delayed ACK (~40 ms a request).
-    sock = listening_socket("127.0.0.1", 0)
-    try:
-        assert sock.proto == socket.IPPROTO_TCP
-    finally:
-        sock.close()
 
 
 def test_html_requests_get_their_tags_back_and_malformed_markup_is_a_422(run_dir, monkeypatch):
