@@ -10,6 +10,10 @@ install:  ## editable install with dev tools; torch pinned to the local CPU whee
 test:
 	$(PYTHON) -m pytest
 
+.PHONY: test-fast
+test-fast:  ## the tests that neither train, serve nor decode a trained model: about a minute
+	$(PYTHON) -m pytest -m "not slow" -q
+
 lint:
 	ruff check seq2seq tests scripts
 	lint-imports
