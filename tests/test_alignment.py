@@ -23,13 +23,16 @@ from seq2seq.decode.alignment import (
 from seq2seq.decode.annotate import Annotation, annotate
 from seq2seq.decode.translator import load_translator
 from seq2seq.model.cross_attention import cross_attention_weights
+from tests.factories import untrained_run
 
 LINES = ["I have three cats.", "", "We see two dogs. They sleep.", "The red car is fast."]
 
 
 @pytest.fixture(scope="module")
-def translator(trained_tiny_run):
-    t, _ = load_translator(trained_tiny_run, device="cpu")
+def translator(tmp_path_factory, demo_pairs):
+    """An untrained run's translator (the tiny config's shape and tokenizer), beam 3."""
+    run = untrained_run(tmp_path_factory.mktemp("alignment"), demo_pairs[:300])
+    t, _ = load_translator(run, device="cpu")
     return t.__class__(
         t.model,
         t.tokenizer,
@@ -71,7 +74,6 @@ def test_grow_diag_final_and_keeps_the_intersection_and_grows_to_unaligned_neigh
     assert links == {(0, 0), (1, 1), (1, 2), (2, 2), (3, 3)}
 
 
-@pytest.mark.slow
 def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_heads(
     translator,
 ):
@@ -92,7 +94,6 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
             assert found[b].log_probs == pytest.approx(log_probs.squeeze(1).tolist(), abs=1e-4)
 
 
-@pytest.mark.slow
 def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
     ids = translator.tokenizer.encode_src(LINES[:1] + LINES[2:])
     with encoder_outputs_kept(translator.model) as kept:
@@ -106,7 +107,6 @@ def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
         torch.testing.assert_close(memory, translator.model.encode(src, src != special.pad))
 
 
-@pytest.mark.slow
 def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_found(
     translator,
 ):
@@ -124,7 +124,6 @@ def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_f
     assert len(found[0].token_probs) == len(hyp.tokens) + 1  # EOS included
 
 
-@pytest.mark.slow
 def test_alignment_pairs_index_the_words_of_the_input_and_output_lines(translator):
     found = annotate(translator, LINES, Annotation(alignments=True, layer=-1))
     for line, a in zip(LINES, found):
@@ -135,7 +134,6 @@ def test_alignment_pairs_index_the_words_of_the_input_and_output_lines(translato
     assert found[1].alignment == [] and found[1].text == ""
 
 
-@pytest.mark.slow
 def test_asking_for_alignments_does_not_change_the_translations(translator):
     found = annotate(translator, LINES, Annotation(alignments=True, token_probs=True))
     assert [a.text for a in found] == translator.translate(LINES)

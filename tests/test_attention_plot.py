@@ -19,7 +19,7 @@ from seq2seq.model.cross_attention import cross_attention_weights
 from seq2seq.model.quantize import quantized_linears
 from seq2seq.report import attention_plot
 from seq2seq.report.plot import attention_cell_inches, plot_attention, plot_positions
-from tests.factories import tiny_model
+from tests.factories import tiny_model, untrained_run
 from tests.runs import copy_run
 
 
@@ -145,12 +145,12 @@ def test_pictures_without_matplotlib_say_how_to_install_it(tmp_path, monkeypatch
 
 
 @pytest.fixture
-def run_dir(trained_tiny_run) -> Path:
-    """A real two-step run with two decoder layers of four heads, outputs capped at 8 tokens."""
-    return trained_tiny_run
+def run_dir(tmp_path_factory, demo_pairs) -> Path:
+    """An untrained run of the tiny config: two decoder layers of four heads, outputs capped at
+    8 tokens."""
+    return untrained_run(tmp_path_factory.mktemp("untrained"), demo_pairs[:300])
 
 
-@pytest.mark.slow
 def test_attention_command_writes_a_layers_by_heads_png(run_dir, tmp_path):
     out = tmp_path / "cats.png"
     result = CliRunner().invoke(
