@@ -5,8 +5,10 @@
 For each line, the plain beam output is decoded first; a word of at least four letters that it
 holds exactly once becomes that line's term (a `--constraints` term, so the line is decoded
 whole), and the line is decoded again with it. A search that never hurts a sentence gives the
-same output; the script prints the identical share, how many constrained outputs are shorter,
-and a few that differ. Both decodes use the run's settings with beam 4 and whole lines.
+same output; the script prints the identical share, the share that differs but scores higher
+under the model (a better translation plain beam search missed: it stops at k finished
+hypotheses), how many constrained outputs are shorter, and a few that differ for the worse.
+Both decodes use the run's settings with beam 4 and whole lines.
 """
 
 from __future__ import annotations
@@ -26,9 +28,14 @@ from seq2seq.decode.translator import load_translator  # noqa: E402
 
 
 def term_of(output: str) -> str | None:
-    """A word of at least four letters the output holds exactly once (the middle such word)."""
-    words = re.findall(r"\w+", output)
-    once = [w for w in words if len(w) >= 4 and not w.isdigit() and words.count(w) == 1]
+    """A whole word of at least four letters (spaces around it, no hyphen or apostrophe inside)
+    that the output holds exactly once, also not inside another word (the middle such word)."""
+    words = [w.strip(".,;:!?\"«»()") for w in output.split()]
+    once = [
+        w
+        for w in words
+        if len(w) >= 4 and w.isalpha() and len(re.findall(re.escape(w), output)) == 1
+    ]
     return once[len(once) // 2] if once else None
 
 
@@ -44,25 +51,35 @@ def main() -> None:
     decode = run_decode(args.run, beam_size=args.beam, split_sentences=False)
     translator, _ = load_translator(args.run, device="cpu", decode=decode)
     started = time.perf_counter()
-    plain = translator.translate(lines)
+    plain_scored = [hyps[0] for hyps in translator.translate_nbest(lines)]
+    plain = [text for text, _ in plain_scored]
     picked = [(i, term_of(out)) for i, out in enumerate(plain)]
     picked = [(i, t) for i, t in picked if t is not None]
-    constrained = translator.translate(
+    found = translator.translate_nbest(
         [lines[i] for i, _ in picked], constraints=[[t] for _, t in picked]
     )
+    constrained = [hyps[0][0] for hyps in found]
     same = [plain[i] == out for (i, _), out in zip(picked, constrained)]
+    # A different output the model scores higher is one plain beam search missed (it stops at
+    # k finished hypotheses), not damage: counted apart.
+    better = [
+        not ok and hyps[0][1] > plain_scored[i][1] + 1e-4
+        for (i, _), hyps, ok in zip(picked, found, same)
+    ]
     shorter = sum(len(out) < len(plain[i]) for (i, _), out in zip(picked, constrained))
     figures = {
         "run": str(args.run),
         "lines": len(picked),
         "identical": sum(same),
         "identical_share": round(sum(same) / max(len(picked), 1), 4),
+        "different_but_scored_higher": sum(better),
+        "identical_or_higher_share": round((sum(same) + sum(better)) / max(len(picked), 1), 4),
         "shorter": shorter,
         "seconds": round(time.perf_counter() - started, 1),
         "examples": [
             {"term": t, "plain": plain[i], "constrained": out}
-            for (i, t), out, ok in zip(picked, constrained, same)
-            if not ok
+            for (i, t), out, ok, up in zip(picked, constrained, same, better)
+            if not ok and not up
         ][:5],
     }
     print(json.dumps(figures, indent=2, ensure_ascii=False))

@@ -8,7 +8,7 @@ import torch
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID
-from seq2seq.decode.constrained import ConstrainedBeam
+from seq2seq.decode.constrained import ConstrainedBeam, _allocation
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
 from seq2seq.model.transformer import Transformer
 
@@ -254,3 +254,12 @@ def test_a_term_given_twice_appears_twice_and_once_given_once():
     once, twice = decode(model, src, options, constraints=[((9,),), ((9,), (9,))])
     assert _count(once[0].tokens, (9,)) == 1 and once[0].unmet == ()
     assert _count(twice[0].tokens, (9,)) == 2 and twice[0].unmet == ()
+
+
+def test_the_best_candidates_by_score_keep_their_places_when_banks_outnumber_the_beam():
+    # A four-piece term makes five banks: round robin over banks alone puts the model's own best
+    # continuation (bank 0) fifth, outside a beam of four, and the plain translation is lost.
+    total = torch.tensor([[-1.0, -2.0, -3.0, -4.0, -5.0, -6.0]])
+    bank = torch.tensor([[0, 1, 2, 3, 4, 0]])
+    assert _allocation(total, bank, 5)[0, :4].tolist() == [4, 3, 2, 1]
+    assert _allocation(total, bank, 5, free=2)[0].tolist() == [0, 1, 4, 3, 2, 5]

@@ -127,7 +127,7 @@ class ConstrainedBeam:
             glue = self.glue.to(logits.device).unsqueeze(0)
             logits.masked_fill_(self.just_met.unsqueeze(1) & glue, -math.inf)
         cand = _candidates(logits, norm, scores, state, terms, term_len, at_cap, self.eos)
-        order = _allocation(cand.total, cand.bank, self.banks)[:, : 2 * k]
+        order = _allocation(cand.total, cand.bank, self.banks, free=(k + 1) // 2)[:, : 2 * k]
         self._cand = cand
         flat = cand.flat()
         return Candidates(
@@ -253,9 +253,14 @@ def _after(tok, want, state: _State, terms, term_len) -> tuple[torch.Tensor, tor
     return torch.where(new_pos >= lengths, again, new_pos), count
 
 
-def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int) -> torch.Tensor:
-    """Candidate indices [n, k·M] in dynamic-beam-allocation order: the best of each bank
-    (highest bank first), then the second best of each, …; impossible ones last."""
+def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int, free: int = 0) -> torch.Tensor:
+    """Candidate indices [n, k·M] in dynamic-beam-allocation order: the `free` best by score
+    whatever their bank, then the best of each bank (highest bank first), then the second best
+    of each, …; impossible ones last.
+
+    The `free` places keep the hypotheses plain beam search would keep: a term of four pieces
+    makes five banks, more than a beam of four, and round robin alone then never reached bank 0,
+    where the model's own translation waits until it writes the term itself."""
     by_score = total.argsort(dim=1, descending=True, stable=True)
     bank_s = bank.gather(1, by_score)
     by_bank = bank_s.argsort(dim=1, descending=True, stable=True)
@@ -267,6 +272,8 @@ def _allocation(total: torch.Tensor, bank: torch.Tensor, nb: int) -> torch.Tenso
     starts = torch.where(opens, where, 0)
     rank = where - starts.cummax(dim=1).values  # place within its bank
     key = rank * nb + (nb - 1 - banks)
+    # order[p] is the by_bank[p]-th best by score: the `free` best go first, in score order.
+    key = torch.where(by_bank < free, by_bank - free, key)
     possible = total.gather(1, order) > -math.inf
     key = torch.where(possible, key, key.new_full((), torch.iinfo(torch.long).max))
     return order.gather(1, key.argsort(dim=1, stable=True))
