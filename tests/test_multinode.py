@@ -457,8 +457,7 @@ def test_a_forked_worker_starts_with_default_signal_handlers(monkeypatch):
     # still preparing its data, a SIGTERM became a traceback instead of the agent's one line.
     import signal
 
-    import seq2seq.cli.app
-    from seq2seq.launch import train_in_fork
+    from seq2seq import launch
 
     seen = {}
 
@@ -467,11 +466,11 @@ def test_a_forked_worker_starts_with_default_signal_handlers(monkeypatch):
         seen["int"] = signal.getsignal(signal.SIGINT)
 
     before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-    monkeypatch.setattr(seq2seq.cli.app, "main", worker_main)
+    monkeypatch.setattr(launch, "cli_main", worker_main)
     try:
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, lambda *_: None)
-        train_in_fork("train", "--config", "x.yaml")
+        launch.train_in_fork("train", "--config", "x.yaml")
     finally:
         for s, handler in before.items():
             signal.signal(s, handler)

@@ -585,7 +585,8 @@ MaxBatchTokens = Annotated[
     int, typer.Option(min=1, help="Source tokens of the requests taken into one batch.")
 ]
 MaxBatchBeamTokens = Annotated[
-    int, typer.Option(min=1, help="Source tokens × beam size of the requests in one batch.")
+    int,
+    typer.Option(min=1, help="(Source + term) tokens × beam size of the requests in one batch."),
 ]
 MaxBatchRequests = Annotated[
     int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
@@ -602,7 +603,8 @@ MaxRequestTokens = Annotated[
     int, typer.Option(min=1, help="Source tokens of one request, its texts split into sentences.")
 ]
 MaxRequestBeamTokens = Annotated[
-    int, typer.Option(min=1, help="Source tokens × beam size of one request; beyond, 413.")
+    int,
+    typer.Option(min=1, help="(Source + term) tokens × beam size of one request; beyond, 413."),
 ]
 MaxBeamSize = Annotated[int, typer.Option(min=1, help="Largest beam_size a request may ask.")]
 RequestTimeout = Annotated[
