@@ -8,17 +8,19 @@ import torch
 
 from seq2seq.config import (
     CONFIG_NAME,
+    Config,
     DecodeConfig,
     ModelConfig,
     TokenizerConfig,
     load_config,
     save_config,
 )
-from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.data.corpus import prepare_data
+from seq2seq.data.tokenizer import Tokenizer, train_tokenizer
 from seq2seq.decode.translator import Translator
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
 from seq2seq.run.checkpoint import save_checkpoint
-from tests.runs import write_tiny_config
+from tests.runs import write_pairs_config, write_tiny_config
 
 # Two layers each side of four heads: big enough for every code path, milliseconds to run.
 TINY_MODEL = {
@@ -78,6 +80,17 @@ def untrained_run(folder: Path, pairs: list[tuple[str, str]], **sections) -> Pat
     tokenizer = train_tokenizer(
         cfg.tokenizer, [a for a, _ in pairs], [b for _, b in pairs], cfg.run_dir
     )
+    return _save_untrained(cfg, tokenizer)
+
+
+def untrained_pairs_run(folder: Path, demo_pairs: list[tuple[str, str]], how: str) -> Path:
+    """`write_pairs_config`'s en→fr and fr→en run without training: its data prepared (the
+    tokenizer with its language tags trained), a random model saved as the step-0 checkpoint."""
+    cfg = load_config(write_pairs_config(folder, demo_pairs, how))
+    return _save_untrained(cfg, prepare_data(cfg, reuse_tokenizer=False).tokenizer)
+
+
+def _save_untrained(cfg: Config, tokenizer: Tokenizer) -> Path:
     torch.manual_seed(0)
     model = build_model(cfg.model, tokenizer)
     with torch.no_grad():

@@ -18,7 +18,7 @@ from seq2seq.decode.translator import load_translator
 from seq2seq.run.runlog import MetricsLog
 from seq2seq.train.state import TrainState
 from seq2seq.train.validation import Validator, bleu_rows
-from tests.factories import tiny_model
+from tests.factories import tiny_model, untrained_pairs_run
 from tests.runs import cli, write_pairs_config
 
 
@@ -30,9 +30,15 @@ def pairs_run(request, tmp_path_factory, demo_pairs):
     return request.param, folder / "run"
 
 
-@pytest.mark.slow
-def test_language_tags_are_single_pieces_with_the_ids_the_config_names(pairs_run):
-    how, run = pairs_run
+@pytest.fixture(scope="module", params=["source_tag", "forced_first"])
+def untrained_pairs(request, tmp_path_factory, demo_pairs):
+    """(how the target language is given, an untrained run of en→fr and fr→en)."""
+    folder = tmp_path_factory.mktemp(f"untrained-{request.param}")
+    return request.param, untrained_pairs_run(folder, demo_pairs, request.param)
+
+
+def test_language_tags_are_single_pieces_with_the_ids_the_config_names(untrained_pairs):
+    how, run = untrained_pairs
     cfg = load_run_config(run)
     assert cfg.tokenizer.languages == {"en": 4, "fr": 5}  # right after pad, bos, eos, unk
     tr, _ = load_translator(run, device="cpu")
@@ -44,9 +50,8 @@ def test_language_tags_are_single_pieces_with_the_ids_the_config_names(pairs_run
     assert ">>" not in tr.tokenizer.decode_tgt([ids])[0]
 
 
-@pytest.mark.slow
-def test_each_direction_is_trained_with_its_own_tag(pairs_run):
-    how, run = pairs_run
+def test_each_direction_is_trained_with_its_own_tag(untrained_pairs):
+    how, run = untrained_pairs
     data = prepare_data(load_run_config(run), reuse_tokenizer=True)
     assert [(p.src_lang, p.tgt_lang) for p in data.train_parts] == [("en", "fr"), ("fr", "en")]
     start = 0
@@ -59,9 +64,10 @@ def test_each_direction_is_trained_with_its_own_tag(pairs_run):
         start += part.rows
 
 
-@pytest.mark.slow
-def test_translate_picks_the_direction_and_an_unknown_language_is_one_error(pairs_run, tmp_path):
-    how, run = pairs_run
+def test_translate_picks_the_direction_and_an_unknown_language_is_one_error(
+    untrained_pairs, tmp_path
+):
+    how, run = untrained_pairs
     tr, _ = load_translator(run, device="cpu")
     first = tr.prepare(["the cat"], tgt_lang="fr")[0]
     back = tr.prepare(["le chat"], src_lang="fr", tgt_lang="en")[0]
