@@ -1,15 +1,19 @@
 """The trainer's bookkeeping, without a training run: skipped non-finite updates are counted in
 a row up to the limit, with a stop message that says what to change; the trainer state a
-checkpoint holds (optimizer, schedule, random stream) restores exactly."""
+checkpoint holds (optimizer, schedule, random stream) restores exactly; a log window's train
+record sums its updates."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 import torch
 
+from seq2seq.run.runlog import MetricsLog
 from seq2seq.train.distributed import Dist
+from seq2seq.train.log import LogWindow
 from seq2seq.train.nonfinite import NonFinite
 from seq2seq.train.schedule import inverse_sqrt_scheduler
 from seq2seq.train.state import TrainState, restore, rng_state, set_rng_state, snapshot
@@ -111,3 +115,20 @@ def test_each_process_takes_back_its_own_random_state(rank):
         draws.append(torch.rand(3))
     set_rng_state(states, Dist(rank=rank, world_size=2))
     assert torch.equal(torch.rand(3), draws[rank])
+
+
+def test_a_log_window_writes_the_per_token_loss_of_its_updates_and_starts_afresh(tmp_path):
+    window = LogWindow(CPU)
+    for loss, grad_norm, lr, tokens in ((12.0, 1.5, 1e-3, 8), (6.0, 0.5, 2e-3, 4)):
+        window.add(torch.tensor(loss, dtype=torch.float64), torch.tensor(grad_norm), lr)
+        window.count(float(tokens), tokens)
+    window.pause(-1.0)  # as if the window had run one second longer
+    metrics = MetricsLog(tmp_path, tensorboard=False)
+    summary = window.write(metrics, step=2, info=Dist(), epoch=0)
+    (record,) = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert record["step"] == 2 and record["split"] == "train"
+    assert record["loss"] == 1.5  # (12 + 6) / 12 tokens
+    assert (record["tokens"], record["grad_norm"], record["lr"]) == (12.0, 0.5, 2e-3)
+    assert 0 < record["tokens_per_s"] <= 12.0  # over more than the second taken out
+    assert summary.startswith("loss=1.500 lr=2.00e-03 tok/s=")
+    assert (window.tokens, window.local_tokens, window.loss.item()) == (0.0, 0, 0.0)
