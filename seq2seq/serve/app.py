@@ -28,6 +28,7 @@ from seq2seq.decode.annotate import translate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
 from seq2seq.errors import UserError
+from seq2seq.report.info import run_summary
 from seq2seq.serve.batcher import (
     Batcher,
     BatchLimits,
@@ -137,8 +138,6 @@ def longest_piece(translator: Translator) -> int:
 
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
-    from seq2seq.report.info import run_summary
-
     run_cfg = load_run_config(run_dir)
     summary = run_summary(run_dir)
     d = translator.decode
@@ -184,9 +183,9 @@ def create_app(
     state: ServerState | None = None,
 ):
     """The ASGI app: /translate, /health, /ready, /metrics, /info (and FastAPI's /docs)."""
-    from fastapi import FastAPI
+    from fastapi import FastAPI  # the optional `serve` extra, as below
 
-    from seq2seq.serve.metrics import CountRequests, ServerMetrics
+    from seq2seq.serve.metrics import CountRequests, ServerMetrics  # prometheus_client: same
 
     refusal = glossary_refusal(translator)
     if refusal is not None and translator.glossary is not None:
@@ -242,7 +241,7 @@ def _add_error_handler(app) -> None:
 def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -> None:
     from fastapi.responses import JSONResponse, Response
 
-    from seq2seq.serve.metrics import CONTENT_TYPE
+    from seq2seq.serve.metrics import CONTENT_TYPE  # prometheus_client, of the `serve` extra
 
     @app.get("/health")
     async def health():

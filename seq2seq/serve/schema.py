@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.glossary import Glossary, with_pairs
+from seq2seq.decode.markup import MalformedMarkup, parse
 from seq2seq.errors import UserError
 from seq2seq.serve.batcher import Hypotheses
 
@@ -161,15 +162,7 @@ def parse_translate_request(
             raise RequestError(
                 413, "texts", f"texts has {len(lines)} items; at most {limits.max_lines} a request"
             )
-    for i, line in enumerate(lines):
-        try:
-            line.encode("utf-8")
-        except UnicodeEncodeError as e:
-            where = name if single else f"{name}[{i}]"
-            code = ord(line[e.start])
-            raise RequestError(
-                422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
-            ) from None
+    _check_text(lines, name, single)
     # Each whitespace-separated word is at least one SentencePiece piece, so a word count over
     # the budget refuses a request before sentence splitting and encoding, which take seconds
     # of CPU (and the GIL) for a megabyte of text.
@@ -193,12 +186,23 @@ def parse_translate_request(
     )
 
 
+def _check_text(lines: list[str], name: str, single: bool) -> None:
+    """A lone surrogate (JSON allows "\\ud800") is not text: a 422 naming the line."""
+    for i, line in enumerate(lines):
+        try:
+            line.encode("utf-8")
+        except UnicodeEncodeError as e:
+            where = name if single else f"{name}[{i}]"
+            code = ord(line[e.start])
+            raise RequestError(
+                422, where, f"{where} holds a lone surrogate (\\u{code:04x}), which is not text"
+            ) from None
+
+
 def _markup(lines: list[str], fmt: str, name: str, single: bool) -> list:
     """Each line's markup parsed; malformed markup (unclosed or crossing tags) is a 422 naming
     the text, where `translate --tags` would translate it as text with a warning: a client
     can fix its request, a batch job should go on."""
-    from seq2seq.decode.markup import MalformedMarkup, parse
-
     out = []
     for i, line in enumerate(lines):
         try:
