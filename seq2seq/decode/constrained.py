@@ -127,7 +127,10 @@ class ConstrainedBeam:
             glue = self.glue.to(logits.device).unsqueeze(0)
             logits.masked_fill_(self.just_met.unsqueeze(1) & glue, -math.inf)
         cand = _candidates(logits, norm, scores, state, terms, term_len, at_cap, self.eos)
-        order = _allocation(cand.total, cand.bank, self.banks, free=(k + 1) // 2)[:, : 2 * k]
+        # k − 1 places follow the model as plain beam search would; measured on the demo set
+        # (scripts/bench_constrained_identity.py): ⌈k/2⌉ left the plain output unchanged on
+        # 93.4% of lines that held their term already, k − 1 on 96.5%, terms still all placed.
+        order = _allocation(cand.total, cand.bank, self.banks, free=k - 1)[:, : 2 * k]
         self._cand = cand
         flat = cand.flat()
         return Candidates(
