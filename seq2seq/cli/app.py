@@ -1,111 +1,43 @@
 """The `seq2seq` command: thin wrappers that parse options and call one job each.
 
-Each command imports its job inside its function. That is the one kind of function-local
-import of seq2seq modules the house allows, and it dodges no loop (nothing imports the CLI):
-the jobs pull in torch, datasets and transformers, which take seconds to import, so importing
-them here would make `seq2seq --help` and every shell-completion keypress wait for them
-(0.7 s → 12 s measured on a busy 2-core machine).
+Each command imports its job inside its function (why: cli/base.py). Newer jobs keep their
+commands in their own modules beside this one; importing them here registers them.
 """
 
 from __future__ import annotations
 
-import logging
-import os
 import signal
 import sys
-import traceback
-from collections.abc import Callable
-from functools import wraps
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from seq2seq import __version__
+from seq2seq.cli.base import (
+    BatchSize,
+    BeamSize,
+    Checkpoint,
+    Device,
+    LengthPenalty,
+    MaxTokens,
+    Quantize,
+    SplitSentences,
+    SrcLang,
+    TgtLang,
+    app,
+    decode_settings,
+    global_options,
+    log,
+    user_errors,
+)
 from seq2seq.errors import UserError
 
-if TYPE_CHECKING:  # the CLI imports the heavy modules inside each command, for a quick --help
-    from seq2seq.config import DecodeConfig
-
-app = typer.Typer(
-    name="seq2seq",
-    help="Train, evaluate and run encoder-decoder Transformer translation models.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-
-log = logging.getLogger("seq2seq")
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _TqdmHandler(logging.Handler):
-    """Log lines through tqdm so they do not tear progress bars apart."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
-
-        tqdm.write(self.format(record), file=sys.stderr)
-
-
-def _setup_logging(quiet: bool) -> None:
-    handler = _TqdmHandler()
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    root = logging.getLogger("seq2seq")
-    root.handlers[:] = [handler]
-    root.setLevel(logging.WARNING if quiet else logging.INFO)
-    root.propagate = False
-
-
-def _user_errors(fn: F) -> F:
-    """Turn a UserError into one line on stderr and its exit code (a traceback with --debug)."""
-
-    @wraps(fn)
-    def wrapper(ctx: typer.Context, *args, **kwargs):
-        try:
-            return fn(ctx, *args, **kwargs)
-        except UserError as e:
-            if _options(ctx).get("debug"):
-                traceback.print_exc()
-            print(f"error: {e}", file=sys.stderr)
-            raise typer.Exit(e.exit_code) from None
-        except KeyboardInterrupt:
-            print("interrupted", file=sys.stderr)
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _options(ctx: typer.Context) -> dict[str, Any]:
-    """Global options (--debug, --quiet) the callback stored on the root context."""
-    return ctx.find_root().obj or {}
-
-
-def _version(value: bool) -> None:
-    if value:
-        print(f"seq2seq {__version__}")
-        raise typer.Exit()
-
-
-@app.callback()
-def _main(
-    ctx: typer.Context,
-    debug: Annotated[bool, typer.Option(help="Show tracebacks for errors.")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Only warnings and errors.")] = False,
-    version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
-    ] = False,
-) -> None:
-    ctx.obj = {"debug": debug, "quiet": quiet}
-    _setup_logging(quiet)
-    if quiet or not sys.stderr.isatty():
-        # datasets' per-stage bars turn into hundreds of lines in a log file; ours stays.
-        os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+if TYPE_CHECKING:
+    pass
 
 
 @app.command()
-@_user_errors
+@user_errors
 def train(
     ctx: typer.Context,
     config: Annotated[Path, typer.Option("--config", "-c", help="YAML config file.")],
@@ -170,7 +102,7 @@ def train(
     state = run_training(
         cfg,
         resume=resume,
-        progress=not _options(ctx).get("quiet"),
+        progress=not global_options(ctx).get("quiet"),
         reset_dataloader=reset_dataloader,
         init=init,
     )
@@ -226,50 +158,6 @@ def tokens_per_update(max_tokens: int, update_freq: int, world_size: int) -> str
     return line
 
 
-def _decode_settings(run: Path, **options: Any) -> DecodeConfig:
-    """The run's decode settings with the options given on the command line (None: unset)."""
-    from seq2seq.config import run_decode
-
-    return run_decode(run, **options)
-
-
-BeamSize = Annotated[
-    int | None, typer.Option(help="Beam width; 1 is greedy (default: the run's decode.beam_size).")
-]
-LengthPenalty = Annotated[
-    float | None, typer.Option(help="α of the GNMT length penalty ((5+len)/6)^α.")
-]
-BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
-MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
-Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
-SrcLang = Annotated[
-    str | None,
-    typer.Option(help="Source language of a many-language model (M2M100 `en`, NLLB `eng_Latn`)."),
-]
-TgtLang = Annotated[
-    str | None,
-    typer.Option(help="Target language of a many-language model (M2M100 `fr`, NLLB `fra_Latn`)."),
-]
-SplitSentences = Annotated[
-    bool | None,
-    typer.Option(
-        "--split-sentences/--no-split-sentences",
-        help="Decode a line of several sentences sentence by sentence (default: the run's "
-        "decode.split_sentences, on).",
-    ),
-]
-Checkpoint = Annotated[
-    Path | None, typer.Option(help="Weights to use (default: best, else latest).")
-]
-Quantize = Annotated[
-    str | None,
-    typer.Option(
-        help="none or int8: int8 weights and dynamic int8 activations in every linear layer, "
-        "on CPU (default: the run's decode.quantize, none).",
-    ),
-]
-
-
 # `evaluate`'s own options.
 EvalSplit = Annotated[str, typer.Option(help="Split of the run's data: valid or test.")]
 EvalSrc = Annotated[Path | None, typer.Option(help="Source file (instead of --split).")]
@@ -294,7 +182,7 @@ FailOnRegression = Annotated[
 
 
 @app.command()
-@_user_errors
+@user_errors
 def evaluate(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
@@ -336,7 +224,7 @@ def evaluate(
         raise UserError("--fail-on-regression needs --baseline OLD_REPORT.json")
     hub_spec = CorpusConfig(hub=hub, hub_config=hub_config, split=hub_split) if hub else None
     terms, given = _terminology(glossary, constraints)
-    decode = _decode_settings(
+    decode = decode_settings(
         run,
         beam_size=beam_size,
         length_penalty=length_penalty,
@@ -452,7 +340,7 @@ TagFormat = Annotated[
 
 
 @app.command()
-@_user_errors
+@user_errors
 def translate(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
@@ -497,7 +385,7 @@ def translate(
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if errors not in ("strict", "replace"):
         raise UserError(f"--errors must be strict or replace, not {errors!r}")
-    decode = _decode_settings(
+    decode = decode_settings(
         run,
         beam_size=beam_size,
         nbest=nbest,
@@ -621,7 +509,7 @@ Threads = Annotated[
 
 
 @app.command()
-@_user_errors
+@user_errors
 def serve(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
@@ -686,7 +574,7 @@ def serve(
         ),
     )
     settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
-    decode = _decode_settings(run, batch_size=batch_size, max_tokens=max_tokens, **settings)
+    decode = decode_settings(run, batch_size=batch_size, max_tokens=max_tokens, **settings)
     run_server(
         run,
         cfg,
@@ -694,13 +582,13 @@ def serve(
         device=device,
         decode=decode,
         threads=threads,
-        quiet=bool(_options(ctx).get("quiet")),
+        quiet=bool(global_options(ctx).get("quiet")),
         glossary=glossary,
     )
 
 
 @app.command()
-@_user_errors
+@user_errors
 def average(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory with checkpoints.")],
@@ -723,7 +611,7 @@ def average(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def plot(
     ctx: typer.Context,
     what: Annotated[
@@ -759,7 +647,7 @@ def plot(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def info(
     ctx: typer.Context,
     run: Annotated[Path, typer.Option("--run", "-r", help="Run directory.")],
@@ -780,7 +668,7 @@ def info(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def export(
     ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="Folder to write (must not exist or be empty).")],
@@ -829,7 +717,7 @@ def export(
 
 
 @app.command()
-@_user_errors
+@user_errors
 def attention(
     ctx: typer.Context,
     sentence: Annotated[str, typer.Argument(help="Source sentence to translate.")],
@@ -850,7 +738,7 @@ def attention(
     from seq2seq.report.plot import _pyplot, plot_attention
 
     _pyplot()  # fail before loading a model when matplotlib is missing
-    quantize = _decode_settings(run, quantize=quantize).quantize  # checked as translate does
+    quantize = decode_settings(run, quantize=quantize).quantize  # checked as translate does
     model, tokenizer, decode, _ = load_for_attention(run, checkpoint, device, quantize=quantize)
     src, out, weights = attention_of_translation(model, tokenizer, decode, sentence)
     log.info("translation: %s", tokenizer.tgt.decode_pieces(out[:-1]))
@@ -869,7 +757,7 @@ app.add_typer(import_app)
 
 
 @import_app.command("hf")
-@_user_errors
+@user_errors
 def import_hf(
     ctx: typer.Context,
     source: Annotated[
@@ -897,7 +785,7 @@ def import_hf(
 
 
 @import_app.command("hf-marian")
-@_user_errors
+@user_errors
 def import_hf_marian(
     ctx: typer.Context,
     source: Annotated[
@@ -927,7 +815,7 @@ def import_hf_marian(
 
 
 @app.command("demo-data")
-@_user_errors
+@user_errors
 def demo_data(
     ctx: typer.Context,
     out: Annotated[Path, typer.Argument(help="Folder for the corpus files.")] = Path("data/demo"),
