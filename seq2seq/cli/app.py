@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from seq2seq.cli import shortlist  # noqa: F401  (registers the shortlist command)
 from seq2seq.cli.base import (
     BatchSize,
     BeamSize,
@@ -24,6 +25,7 @@ from seq2seq.cli.base import (
     SplitSentences,
     SrcLang,
     TgtLang,
+    UseShortlist,
     app,
     decode_settings,
     global_options,
@@ -200,6 +202,7 @@ def evaluate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    use_shortlist: UseShortlist = False,
     glossary: GlossaryFile = None,
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
@@ -249,6 +252,7 @@ def evaluate(
         constraints=given,
         src_lang=src_lang,
         tgt_lang=tgt_lang,
+        shortlist=use_shortlist,
     )
     _print_report(report)
     failed = _regressed(report.get("comparison"), fail_on_regression)
@@ -355,6 +359,7 @@ def translate(
     split_sentences: SplitSentences = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    use_shortlist: UseShortlist = False,
     glossary: GlossaryFile = None,
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
@@ -405,7 +410,14 @@ def translate(
     )
     terms, given = _terminology(glossary, constraints)
     translator, _ = load_translator(
-        run, checkpoint, device, decode=decode, glossary=terms, src_lang=src_lang, tgt_lang=tgt_lang
+        run,
+        checkpoint,
+        device,
+        decode=decode,
+        glossary=terms,
+        src_lang=src_lang,
+        tgt_lang=tgt_lang,
+        shortlist=use_shortlist,
     )
     translate_files(translator, input, output, errors=errors, constraints=given, fields=fields)
 
@@ -522,6 +534,7 @@ def serve(
     max_tokens: MaxTokens = None,
     device: Device = "auto",
     quantize: Quantize = None,
+    use_shortlist: UseShortlist = False,
     batch_window_ms: BatchWindowMs = 5.0,
     max_batch_tokens: MaxBatchTokens = 8192,
     max_batch_requests: MaxBatchRequests = 256,
@@ -584,6 +597,7 @@ def serve(
         threads=threads,
         quiet=bool(global_options(ctx).get("quiet")),
         glossary=glossary,
+        shortlist=use_shortlist,
     )
 
 

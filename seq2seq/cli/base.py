@@ -146,3 +146,11 @@ Quantize = Annotated[
         "on CPU (default: the run's decode.quantize, none).",
     ),
 ]
+UseShortlist = Annotated[
+    bool,
+    typer.Option(
+        "--shortlist",
+        help="Score only the run's lexical shortlist at each step (built by `seq2seq "
+        "shortlist`): faster on CPU; scores renormalise over it.",
+    ),
+]

@@ -5,8 +5,9 @@ and tokens, the finished hypotheses, the length caps, polling for sentences nobo
 and stopping. A strategy owns which candidates a step offers and in what order they are
 preferred (`PlainBeam`: the 2k best by score, as Hugging Face `generate`; `ConstrainedBeam` in
 constrained.py: dynamic beam allocation over banks), any per-hypothesis state it needs, when a
-sentence may stop, and how its finished hypotheses read back. Sampling or a vocabulary
-shortlist is one more strategy class.
+sentence may stop, and how its finished hypotheses read back. Sampling is one more strategy
+class; a vocabulary shortlist (shortlist.py, `beam_loop`'s `scored`: its sorted target ids)
+narrows the logits' columns to those ids, which `PlainBeam` maps back.
 
 All sentences and their beams decode as one [sentences × beam] batch. Each step takes the
 strategy's 2k preferred candidates of a sentence: those that end (EOS) within the first k join
@@ -32,6 +33,8 @@ from seq2seq.decode.step import (
     forced,
     next_token_scores,
     poll_dropped,
+    positions,
+    present,
     start,
     still_decoding,
 )
@@ -93,6 +96,7 @@ def beam_loop(
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
+    scored: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a padded batch [B, S] with `strategy` choosing the candidates."""
     _check(beam, nbest, alpha, length_norm)
@@ -100,14 +104,14 @@ def beam_loop(
     cache, limits = start(model, src, src_mask, max_len_a, max_len_b, beam=k)
     limits = strategy.limits(limits, model.cfg.max_positions - 1)
     steps = int(limits.max())
-    never = torch.tensor(special.never_generated, dtype=torch.long, device=device)
+    never = present(scored, torch.tensor(special.never_generated, dtype=torch.long, device=device))
     open_ = _Open.start(src.size(0), k, special.start, device)
     finished: Finished | None = None
     for t in range(steps):
         n = open_.active.numel()
-        logits, norm = next_token_scores(model, open_.ids, cache, never)
+        logits, norm = next_token_scores(model, open_.ids, cache, never, scored)
         if t == 0 and first is not None:  # every sentence is still active at the first step
-            logits, norm = forced(logits, first.to(device).repeat_interleave(k))
+            logits, norm = forced(logits, positions(scored, first.to(device)).repeat_interleave(k))
         at_cap = t + 1 >= limits[open_.active]
         cand = strategy.candidates(logits, norm, open_.scores, at_cap, open_.active)
         ends = cand.token == eos
@@ -267,8 +271,10 @@ class PlainBeam:
     only in never replacing a finished hypothesis by a better one found in the same step as the
     k-th. Beam 1 is exactly greedy search."""
 
-    def __init__(self, eos: int):
-        self.eos = eos
+    def __init__(self, eos: int, rows: torch.Tensor | None = None):
+        self.eos, self.rows = eos, rows
+        # With a shortlist, logits' columns are its sorted rows: EOS's column is where it sits.
+        self.eos_column = eos if rows is None else int(positions(rows, torch.tensor(eos)))
 
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         return limits
@@ -280,9 +286,11 @@ class PlainBeam:
         row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first
         row_best = (row_best - norm.unsqueeze(1)).view(n, k, width)
         row_token = row_token.view(n, k, width)
+        if self.rows is not None:
+            row_token = self.rows[row_token]
         # A sentence at its length cap may only end: each beam's one candidate is EOS.
         eos = self.eos
-        eos_scores = (logits[:, eos] - norm).view(n, k, 1)
+        eos_scores = (logits[:, self.eos_column] - norm).view(n, k, 1)
         only_eos = torch.where(
             torch.arange(width, device=logits.device) == 0, eos_scores, -math.inf
         )

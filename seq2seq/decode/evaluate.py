@@ -220,9 +220,11 @@ def evaluate(
     constraints: list[list[str]] | None = None,
     src_lang: str | None = None,
     tgt_lang: str | None = None,
+    shortlist: bool = False,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked.
-    With a `glossary` or `constraints` (target terms per line), the report has the term use."""
+    With a `glossary` or `constraints` (target terms per line), the report has the term use;
+    `shortlist`: decode scoring only the run's lexical shortlist."""
     run_dir = Path(run_dir)
     base_report = _read_baseline(baseline) if baseline else None
     sources, references, name, described = _test_set(run_dir, split, src_file, ref_file, hub)
@@ -235,7 +237,13 @@ def evaluate(
         raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
     languages = {"src_lang": src_lang, "tgt_lang": tgt_lang}
     translator, used = load_translator(
-        run_dir, checkpoint, device, decode=decode, glossary=glossary, **languages
+        run_dir,
+        checkpoint,
+        device,
+        decode=decode,
+        glossary=glossary,
+        shortlist=shortlist,
+        **languages,
     )
     hypotheses = translator.translate(sources, constraints)
     out_dir = Path(output_dir) if output_dir else run_dir / "eval"

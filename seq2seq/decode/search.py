@@ -25,6 +25,8 @@ from seq2seq.decode.step import (
     forced,
     next_token_scores,
     poll_dropped,
+    positions,
+    present,
     start,
     still_decoding,
 )
@@ -44,6 +46,7 @@ def decode(
     constraints: Terms | None = None,
     glue: torch.Tensor | None = None,
     first: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise, constrained beam search when
@@ -51,7 +54,9 @@ def decode(
     target pieces that continue a word, kept from right after a term). A new decoding mode is
     a strategy for the beam loop and a field of DecodeConfig. `first` [B]: each sentence's
     first output token, forced (a target language token, as `generate`'s
-    forced_bos_token_id; log-probability 0). `dropped`: see step.Dropped."""
+    forced_bos_token_id; log-probability 0). `dropped`: see step.Dropped. `rows`: a
+    shortlist's sorted target ids (EOS and the `first` tokens among them), the only ones
+    scored; a constrained batch scores the whole vocabulary (its terms stay reachable)."""
     src_mask = padding_mask(src, special.pad)
     common = {
         "max_len_a": options.max_len_a,
@@ -77,6 +82,8 @@ def decode(
             glue=glue,
             **common,
         )
+    if rows is not None:
+        common["rows"] = rows
     if options.beam_size == 1:
         return [[h] for h in greedy(model, src, src_mask, first=first, **common)]
     return beam_search(
@@ -98,14 +105,16 @@ def beam_search(
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
-    `nbest` best hypotheses of each sentence, best first (beam.PlainBeam)."""
+    `nbest` best hypotheses of each sentence, best first (beam.PlainBeam; `rows`: a
+    shortlist's sorted target ids, the only ones scored)."""
     return beam_loop(
         model,
         src,
         src_mask,
-        PlainBeam(special.eos),
+        PlainBeam(special.eos, rows),
         beam=beam,
         max_len_a=max_len_a,
         max_len_b=max_len_b,
@@ -115,6 +124,7 @@ def beam_search(
         special=special,
         dropped=dropped,
         first=first,
+        scored=rows,
     )
 
 
@@ -170,26 +180,30 @@ def greedy(
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
+    rows: torch.Tensor | None = None,
 ) -> list[Hypothesis]:
-    """The most probable next token at every step, one hypothesis per sentence."""
-    eos = special.eos
+    """The most probable next token at every step, one hypothesis per sentence (`rows`: the
+    sorted target ids a shortlist scores, EOS and the `first` tokens among them)."""
+    eos, device = special.eos, src.device
     cache, limits = start(model, src, src_mask, max_len_a, max_len_b)
     n, steps = src.size(0), int(limits.max())
     # On the device once, not once a step.
-    never = torch.tensor(special.never_generated, dtype=torch.long, device=src.device)
-    tokens = torch.full((n, steps), eos, dtype=torch.long, device=src.device)
-    log_prob = torch.zeros(n, device=src.device)
+    never = present(rows, torch.tensor(special.never_generated, dtype=torch.long, device=device))
+    eos_column = eos if rows is None else int(positions(rows, torch.tensor(eos, device=device)))
+    tokens = torch.full((n, steps), eos, dtype=torch.long, device=device)
+    log_prob = torch.zeros(n, device=device)
     lengths = limits.clone()
-    alive = torch.arange(n, device=src.device)  # sentences still decoding, by original index
-    ids = torch.full((n,), special.start, dtype=torch.long, device=src.device)
+    alive = torch.arange(n, device=device)  # sentences still decoding, by original index
+    ids = torch.full((n,), special.start, dtype=torch.long, device=device)
     for t in range(steps):
-        logits, norm = next_token_scores(model, ids, cache, never)
+        logits, norm = next_token_scores(model, ids, cache, never, rows)
         if t == 0 and first is not None:
-            logits, norm = forced(logits, first.to(src.device))
+            logits, norm = forced(logits, positions(rows, first.to(device)))
         # A sentence at its length cap may only end.
-        next_ids = torch.where(t + 1 >= limits[alive], eos, logits.argmax(dim=-1))
+        column = torch.where(t + 1 >= limits[alive], eos_column, logits.argmax(dim=-1))
+        next_ids = column if rows is None else rows[column]
         tokens[alive, t] = next_ids
-        log_prob[alive] += logits.gather(1, next_ids.unsqueeze(1)).squeeze(1) - norm
+        log_prob[alive] += logits.gather(1, column.unsqueeze(1)).squeeze(1) - norm
         ended = next_ids == eos
         ended = poll_dropped(ended, dropped, t, alive)
         keep = still_decoding(ended)
@@ -200,6 +214,12 @@ def greedy(
             cache.keep(keep)
             alive, next_ids = alive[keep], next_ids[keep]
         ids = next_ids
+    return _finished(tokens, lengths, log_prob, alpha, length_norm)
+
+
+def _finished(tokens, lengths, log_prob, alpha: float, length_norm: str) -> list[Hypothesis]:
+    """Greedy's hypotheses from its token, length and log-probability tensors; a sentence
+    whose score is not finite is a SearchError."""
     out = [
         Hypothesis(row[: length - 1], lp / length_penalty(length, alpha, length_norm), lp)
         for row, length, lp in zip(tokens.tolist(), lengths.tolist(), log_prob.tolist())

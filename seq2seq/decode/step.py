@@ -32,18 +32,38 @@ def start(model, src, src_mask, a: float, b: int, beam: int = 1):
 
 
 def next_token_scores(
-    model: Transformer, ids: torch.Tensor, cache: DecoderCache, never: torch.Tensor
+    model: Transformer,
+    ids: torch.Tensor,
+    cache: DecoderCache,
+    never: torch.Tensor,
+    rows: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits of the next token (`never`, e.g. PAD and BOS, at -inf) and their log-normaliser,
     per row.
 
     log p(token) = logit − logsumexp(logits). Search only needs a handful of tokens per row,
-    so it subtracts the normaliser from those instead of writing a full log-softmax.
+    so it subtracts the normaliser from those instead of writing a full log-softmax. With a
+    shortlist's sorted `rows`, column j is token rows[j] and the normaliser runs over the
+    shortlist only, as Marian's does (`never`: columns then, see `positions`).
     """
-    logits = model.decode_step(ids, cache).float()
+    if rows is None:
+        logits = model.decode_step(ids, cache).float()
+    else:
+        logits = model.decode_step(ids, cache, rows=rows).float()
     norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
     logits.index_fill_(1, never, -math.inf)  # padding, BOS, a start token: never outputs
     return logits, norm
+
+
+def positions(rows: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
+    """The columns of vocabulary `ids` (each among a shortlist's sorted `rows`); without a
+    shortlist, the ids themselves."""
+    return ids if rows is None else torch.searchsorted(rows, ids)
+
+
+def present(rows: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:
+    """The columns of those of `ids` a shortlist's `rows` hold (all of them without one)."""
+    return ids if rows is None else torch.searchsorted(rows, ids[torch.isin(ids, rows)])
 
 
 def forced(logits: torch.Tensor, first: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
+from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.errors import UserError
 from seq2seq.model.quantize import int8_device, quantize_int8
 from seq2seq.model.transformer import Transformer
@@ -65,6 +66,7 @@ class Translator:
         tgt_lang: str = "",
         glossary: Glossary | None = None,
         guided_head: tuple[int, int] | None = None,
+        shortlist: Shortlist | None = None,
     ):
         self.model, self.tokenizer, self.decode = model, tokenizer, decode
         self.device, self.amp_dtype = device, amp_dtype
@@ -72,7 +74,7 @@ class Translator:
         self.max_src_len = model.cfg.max_positions
         self.glossary = glossary  # terms every line is checked for, if any
         # (decoder layer, head) trained on word alignments (train.alignment), if one was.
-        self.guided_head = guided_head
+        self.guided_head, self.shortlist = guided_head, shortlist
         self._cache: dict[str, Any] = {"warned": set()}  # shared by `with_decode` copies
 
     def with_decode(self, decode: DecodeConfig) -> Translator:
@@ -278,6 +280,8 @@ def _decode_batch(
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
     constrained = {"constraints": terms, "glue": translator.glue_mask()} if any(terms) else {}
     special = translator.tokenizer.ids
+    if translator.shortlist is not None and not any(terms):  # terms: the whole vocabulary
+        constrained["rows"] = translator.shortlist.rows(src, first)
     try:
         return decode(
             translator.model,
@@ -426,11 +430,13 @@ def load_translator(
     src_lang: str | None = None,
     tgt_lang: str | None = None,
     quantize: Literal["none", "int8"] | None = None,
+    shortlist: bool = False,
 ) -> tuple[Translator, Path]:
     """A ready Translator for a run directory's best (else latest) or a given checkpoint,
     decoding with `decode` (default: the run's own settings), checking lines for `glossary`'s
     terms, between `src_lang` and `tgt_lang` (default: the run's; checked: one clear error),
-    its weights int8 when `quantize` (default: `decode.quantize`) says so."""
+    its weights int8 when `quantize` (default: `decode.quantize`) says so, scoring only the
+    run's lexical shortlist (RUN/shortlist.safetensors) when `shortlist`."""
     decode = decode or load_run_config(run_dir).decode
     int8 = (quantize or decode.quantize) == "int8"
     dev = resolve_device(int8_device(device) if int8 else device)
@@ -448,6 +454,7 @@ def load_translator(
         tgt_lang=data.tgt_lang,
         glossary=glossary,
         guided_head=None if guided is None else (guided.layer, guided.head),
+        shortlist=load_shortlist(run_dir, run.tokenizer).to(dev) if shortlist else None,
     )
     if src_lang or tgt_lang:  # a many-language model's direction
         translator.src_lang, translator.tgt_lang = translator.languages(src_lang, tgt_lang)

@@ -442,11 +442,27 @@ class Transformer(nn.Module):
             x = layer(x, memory, src_mask, tgt_mask)
         return self.decoder_norm(x)
 
-    def logits(self, states: torch.Tensor) -> torch.Tensor:
-        """Pre-softmax scores over the target vocabulary."""
+    def logits(self, states: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Pre-softmax scores over the target vocabulary, or over its `rows` only (sorted ids)."""
+        if rows is not None:
+            return self._row_logits(states, rows)
         if self.final_logits_bias is None:
             return self.output(states)
         return self.output(states) + self.final_logits_bias
+
+    def _row_logits(self, states: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        forward_rows = getattr(self.output, "forward_rows", None)
+        if forward_rows is not None:  # an int8 output layer scores a subset itself
+            out = forward_rows(states, rows)
+        elif isinstance(self.output, nn.Linear):
+            # A batch asks with one `rows` tensor every step: gather its weight rows once.
+            cached = getattr(self, "_rows_weight", None)
+            if cached is None or cached[0] is not rows:
+                cached = self._rows_weight = (rows, self.output.weight[rows])
+            out = F.linear(states, cached[1])
+        else:  # an output layer that cannot score a subset: all of it, then the rows
+            out = self.output(states).index_select(-1, rows)
+        return out if self.final_logits_bias is None else out + self.final_logits_bias[rows]
 
     def start_decoding(
         self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1
@@ -462,9 +478,11 @@ class Transformer(nn.Module):
             [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask, beam
         )
 
-    def decode_step(self, ids: torch.Tensor, cache: DecoderCache) -> torch.Tensor:
+    def decode_step(
+        self, ids: torch.Tensor, cache: DecoderCache, rows: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Logits [N, V] for the next position after feeding `ids` [N] (each hypothesis's latest
-        token; N = sentences × beam).
+        token; N = sentences × beam), or [N, len(rows)] for a shortlist's sorted `rows`.
 
         Equal to the last position of the full decoder on the whole prefix, at O(t) per step
         instead of O(t²); `cache` grows by one position.
@@ -473,7 +491,8 @@ class Transformer(nn.Module):
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
         cache.length += 1
-        return self.logits(self.decoder_norm(x)).squeeze(1)
+        states = self.decoder_norm(x)
+        return (self.logits(states) if rows is None else self.logits(states, rows)).squeeze(1)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The pre-softmax projection's weight [V, d_model] and fixed bias (or None), for a loss

@@ -88,9 +88,11 @@ def serve(
     threads: int | None = None,
     quiet: bool = False,
     glossary: Path | None = None,
+    shortlist: bool = False,
 ) -> None:
     """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit);
-    `glossary`: the term pairs every request is decoded with (a request may add its own)."""
+    `glossary`: the term pairs every request is decoded with (a request may add its own);
+    `shortlist`: score only the run's lexical shortlist."""
     try:
         import uvicorn  # optional: the `serve` extra
     except ImportError:
@@ -101,7 +103,7 @@ def serve(
     set_threads(threads)
     try:
         translator, path = load_translator(
-            run_dir, checkpoint, device, decode=decode, glossary=terms
+            run_dir, checkpoint, device, decode=decode, glossary=terms, shortlist=shortlist
         )
         info = run_info(run_dir, path, translator, cfg)
         state = ServerState()
