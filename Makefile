@@ -60,6 +60,10 @@ bench-gpu:  ## tokens/s and MFU of the base shape on synthetic batches (GPU)
 gpu-check:  ## on a CUDA machine: the `cuda` tests, then training (MFU) and decoding figures as one Markdown block; without CUDA, one line and exit 0
 	$(PYTHON) scripts/gpu_check.py $(GPU_CHECK)
 
+.PHONY: bench-distill
+bench-distill:  ## teacher, baseline student, distilled student, then speed/BLEU/size rows (needs ../shared; ~1.5 h on 2 cores)
+	bash scripts/bench_distill.sh
+
 .PHONY: bench-serve
 bench-serve:  ## seq2seq serve under 1, 8 and 64 clients, batching on and off, beside translate (needs ../shared)
 	$(PYTHON) scripts/bench_serve.py
