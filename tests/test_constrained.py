@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.config import DecodeConfig, ModelConfig
+from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, train_tokenizer
 from seq2seq.decode.constrained import ConstrainedBeam, _allocation
+from seq2seq.decode.glossary import term_use
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
+from seq2seq.decode.translator import Translator
 from seq2seq.model.transformer import Transformer
 
 
@@ -263,3 +265,94 @@ def test_the_best_candidates_by_score_keep_their_places_when_banks_outnumber_the
     bank = torch.tensor([[0, 1, 2, 3, 4, 0]])
     assert _allocation(total, bank, 5)[0, :4].tolist() == [4, 3, 2, 1]
     assert _allocation(total, bank, 5, free=2)[0].tolist() == [0, 1, 4, 3, 2, 5]
+
+
+class _ScriptedModel(torch.nn.Module):
+    """A decoder that writes `script` (token ids) then EOS whatever the source: at step t,
+    probability 0.9 on script[t] (EOS after it), the rest shared evenly."""
+
+    def __init__(self, script: list[int], vocab: int):
+        super().__init__()
+        self.cfg = ModelConfig(d_model=16, heads=2, max_positions=64)
+        rows = []
+        for wanted in [*script, EOS_ID]:
+            row = torch.full((vocab,), 0.1 / (vocab - 1))
+            row[wanted] = 0.9
+            rows.append(row.log())
+        self.table = torch.stack(rows)
+
+    def encode(self, src, src_mask):
+        return src
+
+    def start_decoding(self, memory, src_mask, beam):
+        return _Steps()
+
+    def decode_step(self, ids, cache):
+        step = min(cache.t, self.table.size(0) - 1)
+        cache.t += 1
+        return self.table[step].repeat(ids.size(0), 1)
+
+
+class _Steps:
+    t = 0
+
+    def reorder(self, rows):
+        pass
+
+    def keep(self, sentences):
+        pass
+
+
+FRENCH = [
+    "Je dors à l'hôtel.",
+    "L'hôtel est grand.",
+    "Un hôtel bleu.",
+    "Le bouton-poussoir est rouge.",
+    "Il y a un bouton vert.",
+    "Nous aimons l'hôtel et le jardin.",
+    "Le jardin d'hiver est beau.",
+]
+ENGLISH = [
+    "I sleep at the hotel.",
+    "The hotel is big.",
+    "A blue hotel.",
+    "The push-button is red.",
+    "There is a green button.",
+    "We love the hotel and the garden.",
+    "The winter garden is nice.",
+]
+
+
+@pytest.fixture(scope="module")
+def french_tokenizer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("hotel")
+    return train_tokenizer(TokenizerConfig(vocab_size=120), ENGLISH * 20, FRENCH * 20, folder)
+
+
+@pytest.mark.parametrize(
+    ("output", "term"),
+    [("Je dors à l'hôtel.", "hôtel"), ("Le bouton-poussoir est rouge.", "poussoir")],
+)
+def test_a_term_written_glued_after_an_apostrophe_or_hyphen_is_not_forced_again(
+    french_tokenizer, output, term
+):
+    # Alone, "hôtel" is "▁", "hôtel"; after "l'" the tokenizer writes "hôtel" without "▁": the
+    # search must see the term there, as term use does, and not append it once more.
+    tokenizer = french_tokenizer
+    script = tokenizer.encode_tgt([output])[0]
+    (alone,) = tokenizer.encode_tgt([term])
+    assert not _count(script, tuple(alone))  # the output holds the term in another segmentation
+    model = _ScriptedModel(script, tokenizer.tgt_vocab_size)
+    options = DecodeConfig(beam_size=4, max_len_a=0.0, max_len_b=30, split_sentences=False)
+    translator = Translator(model, tokenizer, options, torch.device("cpu"))
+    (plain,) = translator.translate(["x"])
+    (kept,) = translator.translate(["x"], [[term]])
+    assert plain == output
+    assert kept == output
+    assert term_use([kept], [[term]]) == {"terms": 1, "used": 1, "rate": 1.0}
+
+
+def test_term_use_counts_a_term_given_twice_only_where_it_appears_twice():
+    assert term_use(["cent vingt et un"], [["cent", "cent"]])["used"] == 1
+    assert term_use(["cent vingt et un mille deux cent"], [["cent", "cent"]])["used"] == 2
+    assert term_use(["l'hôtel et les hôtels"], [["hôtel", "hôtel"]])["used"] == 1

@@ -23,6 +23,12 @@ cap (log-probabilities only fall, the penalty only grows). At the length cap eve
 must end: a term that did not fit is reported unmet (finished hypotheses rank by fewest unmet,
 then score). The output cap is raised by the constraints' tokens, within the model's positions.
 
+A term is seen in each way the tokenizer writes it (`Spellings`): on its own ("▁", "hôtel"),
+and glued onto the token before it, as after "l'" or "-" ("▁l", "'", "hôtel"). A glued spelling
+counts only after a token that ends without a letter or digit, so a term counts where no word
+character touches it, as `glossary.term_use` counts it in text: "l'hôtel" holds "hôtel" and is
+not given a second "hôtel"; "hôtels" does not hold it. Only the term's own spelling is forced.
+
 A term inside another term of the same sentence ("7" in "37 37 7") is kept by the longer one
 and not tracked on its own. A known limit: partial matches restart only at a term's first token
 (not the full KMP failure function), so a term like "a a b" is not noticed inside a freely
@@ -40,6 +46,16 @@ from seq2seq.decode.beam import Candidates
 from seq2seq.decode.hypothesis import ConstrainedHypothesis, length_penalty
 
 Terms = list[tuple[tuple[int, ...], ...]]
+
+
+@dataclass(frozen=True)
+class Spellings:
+    """The other ways a term is written in tokens: `glued[term]`, its segmentations glued onto
+    the token before it (no leading "▁"), counted after a token that `opens` [V] marks as ending
+    without a letter or digit."""
+
+    glued: dict[tuple[int, ...], tuple[tuple[int, ...], ...]]
+    opens: torch.Tensor
 
 
 def terms_tensors(
@@ -95,38 +111,53 @@ def outermost(terms: tuple[tuple[int, ...], ...]) -> list[int]:
 class ConstrainedBeam:
     """The beam loop's strategy for sentences with target terms (see the module's docstring)."""
 
-    def __init__(self, constraints: Terms, *, k: int, eos: int, alpha: float, norm: str, glue):
+    def __init__(
+        self,
+        constraints: Terms,
+        *,
+        k: int,
+        eos: int,
+        alpha: float,
+        norm: str,
+        glue,
+        spellings: Spellings | None = None,
+    ):
         self.constraints, self.k, self.eos = constraints, k, eos
         self.alpha, self.norm, self.glue = alpha, norm, glue
+        self.spellings = spellings
         self.kept = [outermost(cs) for cs in constraints]
-        self.terms: torch.Tensor | None = None  # [B, C, L], set by `limits` on the device
-        self.term_len: torch.Tensor | None = None  # [B, C]
+        self.term_len: torch.Tensor | None = None  # [B, C], set by `limits` on the device
 
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         kept = [tuple(cs[j] for j in ks) for cs, ks in zip(self.constraints, self.kept)]
-        self.terms, self.term_len = terms_tensors(kept, limits.device)
+        device = limits.device
+        self.term_len = terms_tensors(kept, device)[1]
+        glued = self.spellings.glued if self.spellings is not None else {}
+        self.spelled = _spelled(kept, glued, device)
         self.need = torch.zeros_like(self.term_len)  # [B, C]; 0 for padding (always met)
         for i, (cs, ks) in enumerate(zip(self.constraints, self.kept)):
             self.need[i, : len(ks)] = torch.tensor(times_needed(cs, ks))
         rows = len(self.constraints) * self.k
         tokens = (self.term_len * self.need).sum(1)
         self.banks = int(tokens.max()) + 1  # read once: one bank per term token
-        self.pos = torch.zeros(rows, self.terms.size(1), dtype=torch.long, device=limits.device)
-        self.count = torch.zeros_like(self.pos)  # how often each term appeared, up to its need
-        self.just_met = torch.zeros(rows, dtype=torch.bool, device=limits.device)
+        spelled = self.spelled.terms.size(1)
+        self.pos = torch.zeros(rows, spelled, dtype=torch.long, device=device)  # per spelling
+        # How often each term appeared, up to its need.
+        self.count = torch.zeros(rows, self.term_len.size(1), dtype=torch.long, device=device)
+        self.just_met = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.opens = torch.ones(rows, dtype=torch.bool, device=device)  # the start opens a word
         return (limits + tokens).clamp(max=cap)
 
     def candidates(self, logits, norm, scores, at_cap, active):
         k = self.k
-        terms, term_len, need = (
-            x[active].repeat_interleave(k, dim=0) for x in (self.terms, self.term_len, self.need)
-        )
-        state = _State(self.pos, self.count, need)
-        _block(logits, state, terms, term_len, self.eos, at_cap.repeat_interleave(k))
+        spelled = self.spelled.rows(active, k)
+        term_len, need = (x[active].repeat_interleave(k, dim=0) for x in (self.term_len, self.need))
+        state = _State(self.pos, self.count, need, self.opens)
+        _block(logits, state, spelled, self.eos, at_cap.repeat_interleave(k))
         if self.glue is not None:
             glue = self.glue.to(logits.device).unsqueeze(0)
             logits.masked_fill_(self.just_met.unsqueeze(1) & glue, -math.inf)
-        cand = _candidates(logits, norm, scores, state, terms, term_len, at_cap, self.eos)
+        cand = _candidates(logits, norm, scores, state, spelled, term_len, at_cap, self.eos)
         # k − 1 places follow the model as plain beam search would; measured on the demo set
         # (scripts/bench_constrained_identity.py): ⌈k/2⌉ left the plain output unchanged on
         # 93.4% of lines that held their term already, k − 1 on 96.5%, terms still all placed.
@@ -145,9 +176,13 @@ class ConstrainedBeam:
         count = self._cand.of("count", choice).reshape(n, -1)
         self.just_met = (count > self.count[rows]).any(1)  # a term was completed just now
         self.pos, self.count = self._cand.of("pos", choice).reshape(n, -1), count
+        if self.spellings is not None:  # whether the token just written lets a word start
+            token = self._cand.token.gather(1, choice).reshape(-1)
+            self.opens = self.spellings.opens.to(token.device)[token]
 
     def keep(self, rows: torch.Tensor) -> None:
         self.pos, self.count, self.just_met = self.pos[rows], self.count[rows], self.just_met[rows]
+        self.opens = self.opens[rows]
 
     def done(self, kth_finished, scores, limits, length: int) -> torch.Tensor:
         bound = scores.max(1).values / length_penalty(limits.float(), self.alpha, self.norm)
@@ -162,26 +197,81 @@ class ConstrainedBeam:
 
 
 @dataclass
-class _State:
-    """Each open hypothesis's progress through its terms, [N, C]."""
+class _Spelled:
+    """Every spelling of each sentence's terms, [B, R] (R ≥ C): the C terms' own spellings
+    first, then the glued ones, each naming its term (`term`) and whether it is glued."""
 
-    pos: torch.Tensor  # tokens of the term that end the output so far
-    count: torch.Tensor  # times the term appeared (up to `need`)
-    need: torch.Tensor  # times it must appear (0: padding)
+    terms: torch.Tensor  # [B, R, L] token ids, 0-padded
+    length: torch.Tensor  # [B, R]; 0: padding
+    term: torch.Tensor  # [B, R] the term (column of C) each spells
+    glued: torch.Tensor  # [B, R] counted only after a token that opens a word
+
+    def rows(self, active: torch.Tensor, k: int) -> _Spelled:
+        """The spellings of each open hypothesis of the `active` sentences, [N, R]."""
+        return _Spelled(*(x[active].repeat_interleave(k, dim=0) for x in vars(self).values()))
+
+    def of_term(self, per_term: torch.Tensor) -> torch.Tensor:
+        """A per-term value [N, (M,) C] read for each spelling [N, (M,) R]."""
+        term = (
+            self.term
+            if per_term.dim() == 2
+            else self.term.unsqueeze(1).expand(-1, per_term.size(1), -1)
+        )
+        return per_term.gather(-1, term)
+
+    def to_terms(self, per_spelling: torch.Tensor, c: int) -> torch.Tensor:
+        """Whether any spelling of each term is true, [N, M, R] → [N, M, C]."""
+        member = torch.nn.functional.one_hot(self.term, c) & (self.length > 0).unsqueeze(2)
+        return torch.bmm(per_spelling.float(), member.float()) > 0
+
+
+def _spelled(
+    kept: list[tuple[tuple[int, ...], ...]], glued: dict, device: torch.device
+) -> _Spelled:
+    """Each sentence's term spellings: its kept terms as given, then each one's glued ones."""
+    c = max(1, max(len(cs) for cs in kept))
+    rows, term, flag = [], [], []
+    for cs in kept:
+        own = list(cs) + [(0,)] * (c - len(cs))
+        more = [(j, g) for j, t in enumerate(cs) for g in glued.get(t, ())]
+        rows.append(tuple(own) + tuple(g for _, g in more))
+        term.append(list(range(c)) + [j for j, _ in more])
+        flag.append([False] * c + [True] * len(more))
+    ids, length = terms_tensors(rows, device)
+    for i, cs in enumerate(kept):
+        length[i, len(cs) : c] = 0  # the padding terms
+    width = ids.size(1)
+    term_t = torch.zeros(len(kept), width, dtype=torch.long)
+    glued_t = torch.zeros(len(kept), width, dtype=torch.bool)
+    for i, (ts, fs) in enumerate(zip(term, flag)):
+        term_t[i, : len(ts)], glued_t[i, : len(fs)] = torch.tensor(ts), torch.tensor(fs)
+    return _Spelled(ids, length, term_t.to(device), glued_t.to(device))
+
+
+@dataclass
+class _State:
+    """Each open hypothesis's progress through its terms' spellings [N, R] and terms [N, C]."""
+
+    pos: torch.Tensor  # [N, R] tokens of the spelling that end the output so far
+    count: torch.Tensor  # [N, C] times the term appeared (up to `need`)
+    need: torch.Tensor  # [N, C] times it must appear (0: padding)
+    opens: torch.Tensor  # [N] whether the last token lets a glued spelling start
 
     @property
     def met(self) -> torch.Tensor:
         return self.count >= self.need
 
 
-def _block(logits, state: _State, terms, term_len, eos: int, at_cap: torch.Tensor) -> None:
+def _block(logits, state: _State, spelled: _Spelled, eos: int, at_cap: torch.Tensor) -> None:
     """In place: EOS at -inf while a constraint is unmet (except at the cap, where only EOS
-    is allowed), and the last token of a term at -inf where it would appear more often than
-    its source asks for."""
+    is allowed), and the last token of a term's spelling at -inf where the term would appear
+    more often than its source asks for."""
     met = state.met
     logits[:, eos] = torch.where(~met.all(1) & ~at_cap, -math.inf, logits[:, eos])
-    last = terms.gather(2, (term_len - 1).clamp(min=0).unsqueeze(2)).squeeze(2)  # [N, C]
-    again = met & (term_len > 0) & (state.pos == term_len - 1)
+    terms, length = spelled.terms, spelled.length
+    last = terms.gather(2, (length - 1).clamp(min=0).unsqueeze(2)).squeeze(2)  # [N, R]
+    again = spelled.of_term(met) & (length > 0) & (state.pos == length - 1)
+    again &= ~spelled.glued | (length > 1) | state.opens.unsqueeze(1)  # where it would count
     logits.scatter_add_(1, last, torch.where(again, -math.inf, 0.0))
 
 
@@ -193,28 +283,30 @@ class _Candidates:
     token: torch.Tensor
     row: torch.Tensor  # the cache row each continues
     bank: torch.Tensor  # constraint tokens produced
-    pos: torch.Tensor  # [n, k·M, C] after the token
-    count: torch.Tensor  # [n, k·M, C]
+    pos: torch.Tensor  # [n, k·M, R] per spelling, after the token
+    count: torch.Tensor  # [n, k·M, C] per term
     met: torch.Tensor  # [n, k·M, C]
 
     def flat(self) -> dict[str, torch.Tensor]:
         return {"total": self.total, "token": self.token, "row": self.row}
 
     def of(self, name: str, idx: torch.Tensor) -> torch.Tensor:
-        """The per-term state `name` of the candidates `idx` [n, j]: [n, j, C]."""
+        """The state `name` of the candidates `idx` [n, j]: [n, j, R] or [n, j, C]."""
         state = getattr(self, name)
         return state.gather(1, idx.unsqueeze(2).expand(-1, -1, state.size(2)))
 
 
-def _candidates(logits, norm, scores, state: _State, terms, term_len, at_cap, eos: int):
+def _candidates(logits, norm, scores, state: _State, spelled: _Spelled, term_len, at_cap, eos):
     """The 2k best tokens of each open hypothesis plus the next token of each of its unmet
     constraints (not repeating one), with the constraint state each candidate leads to."""
     n, k = scores.shape
-    pos, met = state.pos, state.met
-    rows, c = pos.shape
+    met = state.met
+    rows, c = met.shape
     width = min(2 * k, logits.size(-1))
     top_lp, top_tok = logits.topk(width, dim=-1)
-    want = terms.gather(2, pos.clamp(max=terms.size(2) - 1).unsqueeze(2)).squeeze(2)  # [N, C]
+    # Only a term's own spelling (the first C) is forced; the glued ones are only noticed.
+    own, pos = spelled.terms[:, :c], state.pos[:, :c]
+    want = own.gather(2, pos.clamp(max=own.size(2) - 1).unsqueeze(2)).squeeze(2)  # [N, C]
     want_lp = logits.gather(1, want)
     earlier = torch.ones(c, c, dtype=torch.bool, device=logits.device).tril(-1)
     repeat = (want.unsqueeze(2) == top_tok.unsqueeze(1)).any(2) | (
@@ -228,31 +320,37 @@ def _candidates(logits, norm, scores, state: _State, terms, term_len, at_cap, eo
     only_eos[:, 0] = logits[:, eos] - norm
     lp = torch.where(cap, only_eos, lp)
     tok = torch.where(cap, eos, tok)
-    new_pos, new_count = _after(tok, want, state, terms, term_len)
+    new_pos, new_count = _after(tok, state, spelled, c)
     new_met = new_count >= state.need.unsqueeze(1)
-    bank = (new_count * term_len.unsqueeze(1)).sum(2) + torch.where(new_met, 0, new_pos).amax(2)
+    partial = torch.where(spelled.of_term(new_met), 0, new_pos).amax(2)
+    bank = (new_count * term_len.unsqueeze(1)).sum(2) + partial
 
     m = lp.size(1)
     total = (scores.view(-1, 1) + lp).view(n, k * m)
     row = torch.arange(rows, device=logits.device).unsqueeze(1).expand(rows, m).reshape(n, k * m)
     flat = (
         bank.reshape(n, k * m),
-        *(x.reshape(n, k * m, c) for x in (new_pos, new_count, new_met)),
+        *(x.reshape(n, k * m, x.size(2)) for x in (new_pos, new_count, new_met)),
     )
     return _Candidates(total, tok.reshape(n, k * m), row, *flat)
 
 
-def _after(tok, want, state: _State, terms, term_len) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each term's position and count after each candidate token [N, M, C]."""
+def _after(tok, state: _State, spelled: _Spelled, c: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each spelling's position [N, M, R] and each term's count [N, M, C] after each
+    candidate token [N, M]."""
+    terms, length = spelled.terms, spelled.length
+    want = terms.gather(2, state.pos.clamp(max=terms.size(2) - 1).unsqueeze(2)).squeeze(2)
     x = tok.unsqueeze(2)  # [N, M, 1]
-    advance = x == want.unsqueeze(1)
-    restart = x == terms[:, :, 0].unsqueeze(1)
+    advance = (x == want.unsqueeze(1)) & (state.pos > 0).unsqueeze(1)
+    # A glued spelling starts only where no word character is right before it.
+    may_start = ~spelled.glued | state.opens.unsqueeze(1)  # [N, R]
+    restart = (x == terms[:, :, 0].unsqueeze(1)) & may_start.unsqueeze(1)
     new_pos = torch.where(advance, state.pos.unsqueeze(1) + 1, restart.long())
-    lengths = term_len.unsqueeze(1)
-    complete = (new_pos == lengths) & ~state.met.unsqueeze(1)
-    count = state.count.unsqueeze(1) + complete.long()
+    lengths = length.unsqueeze(1)
+    complete = spelled.to_terms((new_pos == lengths) & (lengths > 0), c)  # [N, M, C]
+    count = state.count.unsqueeze(1) + (complete & ~state.met.unsqueeze(1)).long()
     # A completed term's own last token may start it again ("35 35 35" holds "35 35" twice).
-    again = torch.minimum(restart.long(), (term_len - 1).clamp(min=0).unsqueeze(1))
+    again = torch.minimum(restart.long(), (length - 1).clamp(min=0).unsqueeze(1))
     return torch.where(new_pos >= lengths, again, new_pos), count
 
 

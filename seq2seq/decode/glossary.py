@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -196,14 +197,23 @@ def term_ids(encode_tgt, terms: list[str], where: str, unk: int) -> tuple[tuple[
 
 
 def term_use(hypotheses: list[str], terms: list[list[str]]) -> dict[str, float]:
-    """How many of each line's target terms its hypothesis holds (whole words, as written)."""
+    """How many of each line's target terms its hypothesis holds, counted as constrained
+    search counts them: whole words, case as written, a term listed n times needing n
+    occurrences (see `occurrences`)."""
     total = used = 0
     for hyp, line_terms in zip(hypotheses, terms):
-        for term in line_terms:
-            total += 1
-            body = r"\s+".join(map(re.escape, term.split()))
-            used += re.search(rf"(?<!{_WORD}){body}(?!{_WORD})", hyp) is not None
+        for term, times in Counter(line_terms).items():
+            total += times
+            used += min(times, occurrences(term, hyp))
     return {"terms": total, "used": used, "rate": used / total if total else 1.0}
+
+
+def occurrences(term: str, text: str) -> int:
+    """How often `term` occurs in `text` with no word character touching either end: "l'hôtel"
+    and "porte-hôtel" hold "hôtel" (the search counts a term glued after "'" or "-"), "hôtels"
+    does not."""
+    body = r"\s+".join(map(re.escape, term.split()))
+    return len(re.findall(rf"(?<!{_WORD}){body}(?!{_WORD})", text))
 
 
 def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str) -> Glossary:

@@ -18,7 +18,7 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import padding_mask
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.decode.beam import PlainBeam, beam_loop
-from seq2seq.decode.constrained import ConstrainedBeam, Terms
+from seq2seq.decode.constrained import ConstrainedBeam, Spellings, Terms
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.step import (
     Dropped,
@@ -46,12 +46,14 @@ def decode(
     constraints: Terms | None = None,
     glue: torch.Tensor | None = None,
     first: torch.Tensor | None = None,
+    spellings: Spellings | None = None,
     rows: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise, constrained beam search when
     a sentence has `constraints` (target token sequences its output must hold; `glue`: the
-    target pieces that continue a word, kept from right after a term). A new decoding mode is
+    target pieces that continue a word, kept from right after a term; `spellings`: the terms'
+    glued segmentations, counted too). A new decoding mode is
     a strategy for the beam loop and a field of DecodeConfig. `first` [B]: each sentence's
     first output token, forced (a target language token, as `generate`'s
     forced_bos_token_id; log-probability 0). `dropped`: see step.Dropped. `rows`: a
@@ -80,6 +82,7 @@ def decode(
             beam=options.beam_size,
             nbest=options.nbest,
             glue=glue,
+            spellings=spellings,
             **common,
         )
     if rows is not None:
@@ -143,13 +146,20 @@ def constrained_beam_search(
     special: SpecialIds = DEFAULT_IDS,
     dropped: Dropped | None = None,
     glue: torch.Tensor | None = None,
+    spellings: Spellings | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search whose outputs hold each sentence's constraints (token-id sequences) at
     least once; the `nbest` best of each sentence, best first (constrained.ConstrainedBeam)."""
     if beam < 2:
         raise ValueError("constrained decoding needs a beam size of at least 2")
     strategy = ConstrainedBeam(
-        constraints, k=beam, eos=special.eos, alpha=alpha, norm=length_norm, glue=glue
+        constraints,
+        k=beam,
+        eos=special.eos,
+        alpha=alpha,
+        norm=length_norm,
+        glue=glue,
+        spellings=spellings,
     )
     return beam_loop(
         model,

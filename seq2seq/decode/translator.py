@@ -17,6 +17,7 @@ from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.constrained import Spellings
 from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.search import decode
@@ -29,6 +30,11 @@ from seq2seq.run.rundir import load_run
 from seq2seq.runtime import autocast_dtype, resolve_device
 
 log = logging.getLogger(__name__)
+
+# Where a word is written glued onto the one before it ("l'hôtel", "l’hôtel", "bouton-poussoir"),
+# the tokenizer cuts a term without its leading "▁"; the search counts that spelling too.
+GLUE_CONTEXTS = ("'", "’", "-")
+GLUED_CACHE = 65_536  # terms whose glued spellings a translator remembers (a server's many)
 
 
 @dataclass(frozen=True)
@@ -278,7 +284,10 @@ def _decode_batch(
 ):
     # Rows of one batch may start different target languages (a server's requests).
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
-    constrained = {"constraints": terms, "glue": translator.glue_mask()} if any(terms) else {}
+    constrained = {}
+    if any(terms):
+        spellings = _spellings(translator, {t for ts in terms for t in ts})
+        constrained = {"constraints": terms, "glue": translator.glue_mask(), "spellings": spellings}
     special = translator.tokenizer.ids
     if translator.shortlist is not None and not any(terms):  # terms: the whole vocabulary
         constrained["rows"] = translator.shortlist.rows(src, first)
@@ -307,6 +316,46 @@ def glue_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
     """Which target pieces continue the word before them (no "▁", a letter or digit first)."""
     mask = [not p.startswith("▁") and p[:1].isalnum() for p in tokenizer.tgt_vocabulary()]
     return torch.tensor(mask, dtype=torch.bool, device=device)
+
+
+def _spellings(translator: Translator, terms: set[tuple[int, ...]]) -> Spellings:
+    """The glued spellings of `terms` (token ids) and the pieces after which they count,
+    remembered across batches (in the translator's cache, shared by its copies)."""
+    cache = translator._cache
+    glued = cache.setdefault("glued", {})
+    if len(glued) > GLUED_CACHE:
+        glued.clear()
+    for term in terms - glued.keys():
+        glued[term] = glued_spellings(translator.tokenizer, term)
+    if "opens" not in cache:
+        cache["opens"] = opens_mask(translator.tokenizer, translator.device)
+    return Spellings({t: glued[t] for t in terms}, cache["opens"])
+
+
+def opens_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
+    """Which target pieces end without a letter or digit, so a word may start right after
+    them ("'" in "l'hôtel"): where a glued spelling of a term counts."""
+    mask = [not (p[-1:].isalnum() or p[-1:] == "_") for p in tokenizer.tgt_vocabulary()]
+    return torch.tensor(mask, dtype=torch.bool, device=device)
+
+
+def glued_spellings(tokenizer: Tokenizer, term: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """A term's other segmentations: as the tokenizer cuts it right after an apostrophe or a
+    hyphen, without the leading "▁" ("hôtel" alone is "▁", "hôtel"; in "l'hôtel", "hôtel")."""
+    (text,) = tokenizer.decode_tgt([list(term)])
+    found: list[tuple[int, ...]] = []
+    contexts = tokenizer.encode_tgt([c + text for c in GLUE_CONTEXTS])
+    for context, ids in zip(GLUE_CONTEXTS, contexts):
+        pieces = tokenizer.tgt_pieces(ids)
+        for cut in range(1, len(pieces)):
+            head = "".join(pieces[:cut]).replace("▁", " ").strip()
+            if len(head) >= len(context):
+                tail = tuple(ids[cut:])
+                fits = head == context and not pieces[cut].startswith("▁")
+                if fits and tail != term and tail not in found and tokenizer.ids.unk not in tail:
+                    found.append(tail)
+                break
+    return tuple(found)
 
 
 def flatten(sources: list[Source]) -> tuple[list[list[int]], list[int], list, list]:
