@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from seq2seq.cli import distill  # noqa: F401  (registers the distill command)
-from seq2seq.cli import score  # noqa: F401  (registers the score command)
-from seq2seq.cli import shortlist  # noqa: F401  (registers the shortlist command)
+from seq2seq.cli import (
+    distill,  # noqa: F401  (registers the distill command)
+    score,  # noqa: F401  (registers the score command)
+    shortlist,  # noqa: F401  (registers the shortlist command)
+)
 from seq2seq.cli.base import (
     BatchSize,
     BeamSize,
