@@ -184,5 +184,6 @@ def test_distill_then_trains_the_student_on_the_teachers_translations(teacher_an
     result = cli(*args)
     run = load_config(config).run_dir
     assert "trained the student 2 steps" in result.output
+    assert (run / "shortlist.safetensors").is_file()
     saved = load_config(run / "config.yaml")
     assert saved.data.train.src == (run / "distill" / "train.en").resolve()

@@ -117,7 +117,7 @@ def distill(
     _print_report(result.report, result.files)
     if data_only:
         return
-    _train(ctx, student_config(cfg, result.files))
+    _train(ctx, student_config(cfg, result.files), result.files)
 
 
 def _check_options(
@@ -143,11 +143,16 @@ def _print_report(report: dict, files: tuple[Path, Path]) -> None:
     )
 
 
-def _train(ctx: typer.Context, cfg) -> None:
-    """Train (or go on training) the student on the distilled corpus."""
+def _train(ctx: typer.Context, cfg, files: tuple[Path, Path]) -> None:
+    """Train (or go on training) the student on the distilled corpus, then build its lexical
+    shortlist from that corpus (what the student learned to say) for `--shortlist`."""
+    from seq2seq.decode.shortlist import build_run_shortlist
     from seq2seq.run.checkpoint import latest_checkpoint
     from seq2seq.train.trainer import train as run_training
 
     resume = latest_checkpoint(cfg.run_dir) is not None
     state = run_training(cfg, resume=resume, progress=not global_options(ctx).get("quiet"))
     print(f"trained the student {state.step} steps into {cfg.run_dir}")
+    if state.stopped_by is None:
+        path, _ = build_run_shortlist(cfg.run_dir, *files)
+        print(f"shortlist for --shortlist written to {path}")
