@@ -5,7 +5,8 @@ forward pass per batch, no search. A pair's score is the sum of its target token
 probabilities, EOS included, each over the whole vocabulary as search takes it
 (`step.next_token_scores`), so a search's output scored here gets the search's own
 `Hypothesis.log_prob` back. A many-language model's forced first token (the target language) is
-part of the prefix but neither scored nor counted: search gives it probability 1.
+part of the prefix but neither scored nor counted: search gives it probability 1. A
+translator's lexical shortlist is not used: a score is the model's own, over its whole vocabulary.
 
 Pairs are encoded as translation encodes a line: stripped, never split into sentences. A pair
 longer than the model's positions is refused (one UserError naming its line) rather than cut as
