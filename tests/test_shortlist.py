@@ -21,6 +21,7 @@ from seq2seq.decode.shortlist import (
 )
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from seq2seq.model.quantize import quantize_int8
 from tests.factories import tiny_model, tiny_shape, untrained_run
 from tests.runs import cli, write_parallel
 
@@ -194,3 +195,11 @@ def test_the_never_generated_ids_stay_out_of_a_built_shortlist(tokenizer, demo_p
     built = build_shortlist(tokenizer, [a for a, _ in pairs], [b for _, b in pairs])
     listed = set(built.table.unique().tolist()) | set(built.always.tolist())
     assert not listed & set(DEFAULT_IDS.never_generated)
+
+
+def test_an_int8_output_layer_decodes_over_rows_as_over_the_whole_vocabulary():
+    model, src = quantize_int8(_model(5)), _sources(6)
+    options = DecodeConfig(beam_size=1, max_len_a=0.0, max_len_b=10)
+    whole = decode(model, src, options)
+    listed = decode(model, src, options, rows=torch.arange(VOCAB))
+    assert [h[0].tokens for h in listed] == [h[0].tokens for h in whole]
