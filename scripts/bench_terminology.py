@@ -14,12 +14,33 @@ reference (whatever the model produces), with their first 1, 2 and 4.
 Both searches decode whole lines (no sentence splitting: directly given constraints are per
 line) at beam 4 on 2 threads, in the run's batches; tokens/s counts the output's target pieces
 + 1 (EOS), median of PASSES passes, after one warm-up pass.
+
+`--glossary preferred`: glossaries the model would not choose, as a client's style guide
+holds them.
+
+    flock -x /work/cpu.lock python scripts/bench_terminology.py --glossary preferred \
+        --run /work/bench/s6/teacher --first 500 --last 1000
+
+The same dictionary, over the source words of the scored pairs (valid pairs FIRST to LAST, by
+default the 500 never used for choosing a checkpoint). Terms are the dictionary's pairs whose
+usual translation is a noun of PREFERRED found in at least MIN_HITS references, the MOST_TERMS
+most found; each usual translation is replaced by PREFERRED's synonym, or for a seeded
+MADE_UP_SHARE of them by a made-up company name of MADE_UP. A pair is scored when the glossary
+finds a source term in it and its reference holds each term's usual translation exactly as often
+as the source term (lower case, whole words); its term-injected reference has those words
+replaced by the terms. Both searches decode whole lines at beam 4 (one pass each, after a short
+warm-up); the constrained one is given each pair's terms. Reported: term use, BLEU against the
+injected references (the plain output's too), the plain output's BLEU against the original
+references, outputs holding a fragment of a term outside a complete occurrence, term occurrences
+written after the output's final sentence mark, sentences/s. Targets (issue 40): term use ≥ 98%,
+BLEU ≥ plain − 0.5, no fragments, ≤ 1% of terms after the final mark.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import re
 import statistics
 import sys
@@ -34,13 +55,60 @@ sys.path.insert(0, str(REPO))
 
 from seq2seq.config import load_run_config, with_changes  # noqa: E402
 from seq2seq.decode.evaluate import score  # noqa: E402
-from seq2seq.decode.glossary import term_use  # noqa: E402
+from seq2seq.decode.glossary import make_glossary, term_use  # noqa: E402
 from seq2seq.decode.translator import load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
 MIN_DICE, MIN_PAIRS = 0.3, 3
 PASSES = 3
 WORD = re.compile(r"[^\W\d_]{4,}")  # content-ish words: 4+ letters
+
+# Usual translation → a synonym a style guide might prefer (some hyphenated or of several words,
+# as company terms often are). Only nouns: a glossary holds names of things.
+PREFERRED = {
+    "valeur": "montant",
+    "valeurs": "montants",
+    "texte": "libellé",
+    "écran": "moniteur",
+    "liste": "inventaire",
+    "filtre": "tamis",
+    "données": "informations",
+    "système": "plateforme",
+    "ligne": "rangée",
+    "lignes": "rangées",
+    "colonne": "rubrique",
+    "dialogue": "boîte-dialogue",
+    "ordinateur": "poste de travail",
+    "couleur": "teinte",
+    "couleurs": "teintes",
+    "fonction": "routine",
+    "fonctions": "routines",
+    "priorité": "préséance",
+    "fichier": "document",
+    "fichiers": "documents",
+    "fenêtre": "croisée",
+    "paragraphe": "alinéa",
+    "plage": "intervalle",
+    "noyau": "cœur-système",
+    "champ": "zone de saisie",
+    "cellule": "case",
+    "paramètres": "réglages",
+    "bouton": "bouton-poussoir",
+    "dossier": "répertoire",
+    "image": "illustration",
+    "utilisateur": "usager",
+    "clavier": "pupitre",
+    "numérotation": "numérotage",
+    "luminosité": "clarté",
+    "processus": "procédé",
+    "hauteur": "élévation",
+    "journaux": "registres",
+}
+# Made-up company names: words the model has never seen.
+MADE_UP = ("Zentrix", "Korvalo", "Plenith-Pro", "Vexora", "Quandor", "Tesslink", "Orvanta")
+MADE_UP_SHARE = 0.3
+MIN_HITS, MOST_TERMS = 3, 24
+FINAL_MARKS = ".!?…"
 
 
 def _words(line: str) -> set[str]:
@@ -82,6 +150,95 @@ def candidate_terms(src: str, ref: str, dictionary: dict[str, str]) -> list[str]
     return found
 
 
+def _whole(word: str) -> re.Pattern:
+    return re.compile(rf"(?<!\w){re.escape(word)}(?!\w)")
+
+
+def preferred_glossary(
+    dictionary: dict[str, str], src: list[str], ref: list[str], seed: int = 0
+) -> list[tuple[str, str, str]]:
+    """(source word, usual translation, preferred term) of the dictionary's words whose usual
+    translation is a PREFERRED noun found in at least MIN_HITS pairs (source word and usual
+    translation both there), the MOST_TERMS most found; a seeded MADE_UP_SHARE of them get a
+    MADE_UP name instead of the synonym."""
+    hits: Counter = Counter()
+    for s, r in zip(src, ref):
+        for w in _words(s):
+            usual = dictionary.get(w)
+            if usual in PREFERRED and _whole(usual).search(r):
+                hits[w] += 1
+    chosen = sorted((w for w in hits if hits[w] >= MIN_HITS), key=lambda w: (-hits[w], w))
+    rng = random.Random(seed)
+    names = rng.sample(MADE_UP, len(MADE_UP))
+    term_of: dict[str, str] = {}
+    out = []
+    for w in chosen[:MOST_TERMS]:
+        usual = dictionary[w]
+        if usual not in term_of:
+            made_up = names and rng.random() < MADE_UP_SHARE
+            term_of[usual] = names.pop() if made_up else PREFERRED[usual]
+        out.append((w, usual, term_of[usual]))
+    return out
+
+
+def inject(reference: str, usual: str, term: str) -> tuple[str, int]:
+    """`reference` with each whole-word `usual` translation replaced by `term`, and how many."""
+    return _whole(usual).subn(lambda _: term, reference)
+
+
+def injected_pair(reference: str, hits: list[str], usual_of: dict[str, str]) -> str | None:
+    """The term-injected reference of a pair whose glossary hits are `hits` (target terms,
+    one per source occurrence), or None when the reference does not hold each term's usual
+    translation exactly as often as its source term occurs."""
+    wanted = Counter(usual_of[t] for t in hits)
+    term_of = {usual_of[t]: t for t in hits}
+    for usual, times in wanted.items():
+        reference, found = inject(reference, usual, term_of[usual])
+        if found != times:
+            return None
+    return reference
+
+
+def fragments(output: str, term: str, strict: bool = False) -> int:
+    """Places where `output` starts `term` and leaves it unfinished, outside its complete
+    occurrences: a word start holding a prefix of the term that reaches past the term's first
+    word ("bouton-p", "bouton-les" for "bouton-poussoir"); with `strict` (a made-up name, never
+    a word of its own), any prefix of 3 or more characters ("Zentr" for "Zentrix")."""
+    masked = _whole(term).sub(lambda m: "\0" * len(m.group()), output)
+    first = re.match(r"\w+", term)
+    if strict or first is None or first.end() == len(term):
+        shortest = 3 if strict else len(term)  # a real word alone: no fragment but itself
+    else:  # past the first word: "bouton-", or "poste d" (a space alone ends natural words)
+        shortest = first.end() + (2 if term[first.end()].isspace() else 1)
+    count = 0
+    for start in (m.start() for m in re.finditer(r"(?<![\w\0])\S", masked)):
+        same = 0
+        while start + same < len(masked) and same < len(term):
+            if masked[start + same] != term[same]:
+                break
+            same += 1
+        glued_on = masked[start + same : start + same + 1].isalnum()
+        count += shortest <= same < len(term) or (strict and same == len(term) and glued_on)
+    return count
+
+
+def after_final_mark(output: str, terms: list[str]) -> int:
+    """Term occurrences written after the output's last sentence-final mark with nothing but
+    terms, spaces and punctuation after that mark ("la fenêtre suivante est affichée.
+    croisée.")."""
+    masked = output
+    for term in sorted(set(terms), key=len, reverse=True):
+        masked = _whole(term).sub(lambda m: "\0" * len(m.group()), masked)
+    tail = len(masked)
+    while tail and not (masked[tail - 1].isalnum() or masked[tail - 1] == "_"):
+        tail -= 1
+    marks = [i for i in range(tail, len(masked)) if masked[i] in FINAL_MARKS]
+    if not marks:
+        return 0
+    after = masked[marks[0] :]
+    return len(re.findall(r"\0+", after))
+
+
 def timed(translator, lines: list[str], constraints=None) -> tuple[list[str], float, int]:
     """Outputs, median seconds over PASSES (after a warm-up) and target tokens."""
     translator.translate(lines[:64], constraints[:64] if constraints else None)
@@ -100,9 +257,22 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--out", type=Path, default=Path("/tmp/bench_terminology"))
+    parser.add_argument("--glossary", choices=("learned", "preferred"), default="learned")
+    parser.add_argument("--first", type=int, default=500, help="preferred: first valid pair")
+    parser.add_argument("--last", type=int, default=1000, help="preferred: end of the pairs")
+    parser.add_argument("--limit", type=int, default=0, help="preferred: at most this many")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.glossary == "preferred":
+        preferred(args)
+    else:
+        learned(args)
+
+
+def learned(args) -> None:
+    """The glossary from the train split's own translations, terms the plain output lacks."""
 
     src = (DATA / "valid.en").read_text(encoding="utf-8").splitlines()
     ref = (DATA / "valid.fr").read_text(encoding="utf-8").splitlines()
@@ -164,6 +334,86 @@ def main() -> None:
     report["per_constraint"] = per_constraint_cost(translator, src, ref, ok)
     (args.out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report["per_constraint"], indent=2))
+
+
+def preferred(args) -> None:
+    """Glossaries the model would not choose (see the module docstring), scored against
+    term-injected references beside the plain output against the original ones."""
+    src = (DATA / "valid.en").read_text(encoding="utf-8").splitlines()[args.first : args.last]
+    ref = (DATA / "valid.fr").read_text(encoding="utf-8").splitlines()[args.first : args.last]
+    train_src = (DATA / "train.en").read_text(encoding="utf-8").splitlines()
+    train_tgt = (DATA / "train.fr").read_text(encoding="utf-8").splitlines()
+    dictionary = build_dictionary(train_src, train_tgt, set().union(*map(_words, src)))
+    decode = with_changes(
+        load_run_config(args.run).decode, {"beam_size": args.beam, "split_sentences": False}
+    )
+    translator, _ = load_translator(args.run, device="cpu", decode=decode)
+    unk = translator.tokenizer.ids.unk
+    entries = [
+        e
+        for e in preferred_glossary(dictionary, src, ref, args.seed)
+        if unk not in translator.tokenizer.encode_tgt([e[2]])[0]
+    ]
+    glossary = make_glossary([(w, term) for w, _, term in entries])
+    usual_of = {term: usual for _, usual, term in entries}
+    rows, found = [], 0
+    for s, r in zip(src, ref):
+        hits = glossary.terms_in(s)
+        found += bool(hits)
+        injected = injected_pair(r, hits, usual_of) if hits else None
+        if injected is not None:
+            rows.append({"src": s, "ref": r, "injected": injected, "terms": hits})
+    if args.limit and len(rows) > args.limit:
+        rows = random.Random(args.seed).sample(rows, args.limit)
+    print(f"glossary: {len(entries)} terms; {found} pairs with a term, {len(rows)} scored")
+    report = score_preferred(translator, rows, {e[2] for e in entries if e[2] in MADE_UP})
+    report["glossary"] = [list(e) for e in entries]
+    report["pairs"] = {"first": args.first, "last": args.last, "with_a_term": found}
+    (args.out / "preferred.json").write_text(
+        json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    print(json.dumps({k: v for k, v in report.items() if k != "glossary"}, indent=2))
+
+
+def score_preferred(translator, rows: list[dict], made_up: set[str]) -> dict:
+    """Decode the scored pairs plainly and with their terms; the report's figures."""
+    lines, terms = [r["src"] for r in rows], [r["terms"] for r in rows]
+    translator.translate(lines[:8], terms[:8])  # warm-up
+    start = time.perf_counter()
+    plain = translator.translate(lines)
+    plain_s = time.perf_counter() - start
+    start = time.perf_counter()
+    kept = translator.translate(lines, terms)
+    kept_s = time.perf_counter() - start
+    for row, p, k in zip(rows, plain, kept):
+        row["plain"], row["constrained"] = p, k
+    refs, injected = [r["ref"] for r in rows], [r["injected"] for r in rows]
+    total = sum(map(len, terms))
+    broken = [
+        i
+        for i, (out, ts) in enumerate(zip(kept, terms))
+        if any(fragments(out, t, t in made_up) for t in set(ts))
+    ]
+    late = sum(after_final_mark(out, ts) for out, ts in zip(kept, terms))
+    return {
+        "sentences": len(rows),
+        "terms": total,
+        "term_use": term_use(kept, terms),
+        "bleu_injected": score(kept, injected).bleu,
+        "plain_bleu": score(plain, refs).bleu,
+        "plain_bleu_injected": score(plain, injected).bleu,
+        "plain_term_use": term_use(plain, terms),
+        "outputs_with_fragments": len(broken),
+        "after_final_mark": {"count": late, "share_of_terms": late / total if total else 0.0},
+        "sentences_per_s": {"plain": len(rows) / plain_s, "constrained": len(rows) / kept_s},
+        "examples": {
+            "fragments": [rows[i] for i in broken[:10]],
+            "after_final_mark": [r for r in rows if after_final_mark(r["constrained"], r["terms"])][
+                :10
+            ],
+        },
+        "outputs": rows,
+    }
 
 
 def per_constraint_cost(translator, src: list[str], ref: list[str], ok: list[list[str]]) -> dict:
