@@ -10,7 +10,9 @@ seconds are not counted. Reported: throughput in sentences/s, p50/p95/p99 latenc
 batch size (lines per decode call, read from the server's /metrics). The same is measured with
 batching switched off (`serve --no-batching`: one request at a time), and against
 `seq2seq translate` on the same sentences in one process (its own timing of the job, model
-loading excluded), all with the same beam size and torch threads (--threads).
+loading excluded), all with the same beam size and torch threads (--threads). With
+`--route libretranslate`, the batching server is also loaded through LibreTranslate's
+POST /translate (`{"q", "source", "target"}`) beside the native route, in every round.
 
 The server and the translate job each run in a session of their own. Linux's scheduler (with
 autogroup, as here) shares the CPU between sessions first, so each system under test gets the
@@ -141,7 +143,21 @@ def batch_stats(metrics: str) -> tuple[float, float, float]:
     )
 
 
-async def load(url: str, sentences: list[str], clients: int, seconds: float, warmup: float):
+def request_body(route: str, text: str) -> dict:
+    """One sentence's body for the native route or LibreTranslate's (the valid set's en→fr)."""
+    if route == "libretranslate":
+        return {"q": text, "source": "en", "target": "fr"}
+    return {"text": text}
+
+
+async def load(
+    url: str,
+    sentences: list[str],
+    clients: int,
+    seconds: float,
+    warmup: float,
+    route: str = "native",
+):
     """N closed-loop clients for `seconds`; latencies of answers after the warm-up."""
     import httpx
 
@@ -160,7 +176,7 @@ async def load(url: str, sentences: list[str], clients: int, seconds: float, war
             while time.perf_counter() < end:
                 text = sentences[next(picks) % len(sentences)]
                 sent = time.perf_counter()
-                answer = await http.post("/translate", json={"text": text})
+                answer = await http.post("/translate", json=request_body(route, text))
                 done = time.perf_counter()
                 if answer.status_code != 200:
                     errors += 1
@@ -305,6 +321,15 @@ def hostile_main(run: Path, sentences: list[str], args, env: dict) -> None:
     )
 
 
+def systems(servers: dict, route: str) -> list[tuple]:
+    """(name, server, route) of each system measured: the LibreTranslate route goes to the
+    batching server, measured right after its native route."""
+    out = [("on", servers["on"], "native")]
+    if route == "libretranslate":
+        out.append(("lt", servers["on"], "libretranslate"))
+    return [*out, ("off", servers["off"], "native")]
+
+
 def median_row(rows: list[dict]) -> dict:
     """Each figure's median over the rounds."""
     numbers = [k for k, v in rows[0].items() if isinstance(v, (int, float))]
@@ -333,6 +358,12 @@ def main() -> None:
         "nested JSON); their p99 and the server's memory",
     )
     p.add_argument("--hostile-clients", type=int, default=8, help="normal clients in --hostile")
+    p.add_argument(
+        "--route",
+        choices=["native", "libretranslate"],
+        default="native",
+        help="libretranslate: also load the batching server through LibreTranslate's route",
+    )
     p.add_argument(
         "--hostile-rate",
         type=float,
@@ -374,8 +405,9 @@ def main() -> None:
             result = {"translate": translate_reference(run, args.beam_size, sentences, args, env)}
             print(json.dumps(result["translate"]), flush=True)
             for n in args.clients:
-                for name, server in servers.items():
-                    row = asyncio.run(load(server.url, sentences, n, args.seconds, args.warmup))
+                for name, server, route in systems(servers, args.route):
+                    row = load(server.url, sentences, n, args.seconds, args.warmup, route)
+                    row = asyncio.run(row)
                     print(json.dumps({"server": name, **row}), flush=True)
                     result[f"{name}_{n}"] = row
             rounds.append(result)
@@ -404,7 +436,10 @@ def main() -> None:
         "| errors |"
     )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    for name, label in (("on", "server, batching on"), ("off", "server, batching off")):
+    labels = [("on", "server, batching on"), ("off", "server, batching off")]
+    if args.route == "libretranslate":
+        labels.insert(1, ("lt", "server, batching on, LibreTranslate route"))
+    for name, label in labels:
         for n in args.clients:
             r = table[f"{name}_{n}"]
             print(
@@ -422,6 +457,14 @@ def main() -> None:
         f"\nat {top} clients (median of the rounds' ratios): {ratio_translate:.0%} of translate's "
         f"throughput (target ≥ 70%), {ratio_off:.2f}× the unbatched server (target ≥ 5×)"
     )
+    if args.route == "libretranslate":
+        ratio_lt = statistics.median(
+            r[f"lt_{top}"]["sent_s"] / max(r[f"on_{top}"]["sent_s"], 1e-9) for r in rounds
+        )
+        print(
+            f"the LibreTranslate route at {top} clients: {ratio_lt:.0%} of the native route's "
+            "throughput (target ≥ 95%)"
+        )
     results = {
         "run": str(run),
         "beam_size": args.beam_size,

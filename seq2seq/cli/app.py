@@ -554,6 +554,14 @@ def serve(
     body_timeout: BodyTimeout = 30.0,
     threads: Threads = None,
     glossary: GlossaryFile = None,
+    api_keys: Annotated[
+        Path | None,
+        typer.Option(
+            "--api-keys",
+            help="Keys file for the LibreTranslate and DeepL routes: one key a line, optionally "
+            "followed by its requests a minute. Without it, those routes need no key.",
+        ),
+    ] = None,
 ) -> None:
     """Serve a trained model over HTTP: POST /translate, GET /health /ready /metrics /info /docs.
 
@@ -589,6 +597,7 @@ def serve(
             timeout_s=request_timeout,
             body_timeout_s=body_timeout,
         ),
+        api_keys=api_keys,
     )
     settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
     decode = decode_settings(run, batch_size=batch_size, max_tokens=max_tokens, **settings)

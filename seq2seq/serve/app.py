@@ -11,6 +11,7 @@ answers, so /health and /metrics answer while a request is parsed or a batch dec
 # optional extra).
 
 import asyncio
+import json
 import logging
 import math
 import re
@@ -38,6 +39,13 @@ from seq2seq.serve.batcher import (
     QueueFull,
     Stopped,
 )
+from seq2seq.serve.deepl import add_routes as add_deepl_routes
+from seq2seq.serve.forms import ClientGone, Declined, read_body
+from seq2seq.serve.keys import KeyCheck, read_keys
+from seq2seq.serve.langs import served_pairs
+from seq2seq.serve.libretranslate import add_routes as add_libretranslate_routes
+from seq2seq.serve.libretranslate import asks as libretranslate_asks
+from seq2seq.serve.page import add_route as add_page_route
 from seq2seq.serve.schema import (
     RequestError,
     RequestLimits,
@@ -63,6 +71,7 @@ class ServeConfig:
     port: int = 8080
     batch: BatchLimits = field(default_factory=BatchLimits)
     request: RequestLimits = field(default_factory=RequestLimits)
+    api_keys: Path | None = None  # the LibreTranslate and DeepL routes' keys file (keys.py)
 
 
 def translator_decode(translator: Translator):
@@ -202,7 +211,13 @@ def create_app(
     app.add_middleware(CountRequests, metrics=metrics)
     _add_error_handler(app)
     _add_status_routes(app, info, state, metrics)
-    _add_translate_route(app, translator, cfg.request, state, metrics)
+    engine = Engine(translator, info, cfg.request, state, metrics)
+    keys = KeyCheck(read_keys(cfg.api_keys) if cfg.api_keys else None)
+    # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
+    libre = add_libretranslate_routes(app, engine, keys)
+    add_deepl_routes(app, engine, keys)
+    add_page_route(app)
+    _add_translate_route(app, translator, cfg.request, state, metrics, libre)
     return app
 
 
@@ -271,15 +286,25 @@ def request_preparer(translator: Translator, limits: RequestLimits):
     """What a worker thread makes of a /translate body: the request parsed, checked and
     escaped, its glossary's terms found, its lines split and encoded (or a RequestError)."""
     defaults = translator.decode  # what a request does not choose, the run's settings decide
-    piece_chars = longest_piece(translator)
-    specials = special_strings(translator)
-    refusal = glossary_refusal(translator)
+    check = request_checker(translator, limits)
 
     def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
         # On a worker thread: a large body takes a while to parse, split and encode, and the
         # event loop must go on answering /health meanwhile. Encoded once, here, for the
         # decoder too.
-        req = parse_translate_request(body, limits, defaults)
+        return check(parse_translate_request(body, limits, defaults))
+
+    return prepare
+
+
+def request_checker(translator: Translator, limits: RequestLimits):
+    """What a worker thread makes of a parsed request (whichever API's body it came from):
+    checked and escaped, its glossary's terms found, its lines split and encoded."""
+    piece_chars = longest_piece(translator)
+    specials = special_strings(translator)
+    refusal = glossary_refusal(translator)
+
+    def check(req: TranslateRequest) -> tuple[TranslateRequest, list[Source]]:
         check_characters(req, limits, piece_chars)
         req = escape_specials(req, specials)
         if req.glossary is not None and refusal is not None:
@@ -296,11 +321,11 @@ def request_preparer(translator: Translator, limits: RequestLimits):
             sources = [replace(s, marked=m) for s, m in zip(sources, req.marked)]
         return req, sources
 
-    return prepare
+    return check
 
 
 def _add_translate_route(
-    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics
+    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics, libre=None
 ) -> None:
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
@@ -316,55 +341,106 @@ def _add_translate_route(
         },
     )
     async def translate(request: Request):
-        """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores."""
+        """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores.
+        A LibreTranslate body (`q`, or a form) gets LibreTranslate's answer."""
         start = time.perf_counter()
         try:
-            body = await _read_body(request, limits.max_bytes, limits.body_timeout_s)
+            body = await read_body(request, limits.max_bytes, limits.body_timeout_s)
+            if libre is not None and libretranslate_asks(request.headers, body):
+                return await libre(request, body)
             req, sources = await asyncio.to_thread(prepare, body)
         except RequestError as e:
             return JSONResponse(e.as_json(), e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is left to read it
-        if await request.is_disconnected():
-            # Gone while its body was prepared: submitting would let the batcher take it
-            # before the disconnect is seen, and decode it for nobody.
-            return Response(status_code=400)
-        batcher = state.batcher
-        if batcher is None:
-            return _unavailable("the model is not loaded yet", 1)
-        tokens = sum(s.tokens for s in sources)
-        segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
-        terms, group = term_tokens(sources), work_group(sources)
         try:
-            future = batcher.submit(
-                sources, req.options, tokens, segments=segments, terms=terms, group=group
-            )
-        except QueueFull as e:
-            metrics.rejected.inc()
-            return _unavailable(f"{e}; retry later", e.retry_after_s)
-        except Stopped:
-            return _unavailable("the server is shutting down", 1)
-        except OverBudget as e:  # not when serve's limits agree (it checks that they do)
-            return JSONResponse({"error": str(e), "field": "beam_size"}, 413)
-        try:
-            results = await _outcome(request, future, start + limits.timeout_s)
-        except _ClientGone:
+            results = await decoded(request, sources, req.options, state, metrics, limits, start)
+        except ClientGone:
             return Response(status_code=400)  # nobody is left to read it
-        except TimeoutError:
-            message = f"no translation within {limits.timeout_s:g} s (the request timeout)"
-            return JSONResponse({"error": message, "field": None}, 504)
-        except Exception as e:
-            return _failed(e)
-        metrics.latency.observe(time.perf_counter() - start)
+        except Declined as e:
+            return JSONResponse(e.as_json(), e.status, headers=e.headers)
         return translate_answer(req, results)
 
 
-class _ClientGone(Exception):
-    """The client closed its connection before its answer."""
+async def decoded(
+    request, sources: list[Source], options, state: ServerState, metrics, limits, start: float
+) -> list[Hypotheses]:
+    """Checked and encoded sources through the batcher: their hypotheses, or ClientGone, or
+    Declined (queue full or shutting down 503, over the batch budget 413, past the request
+    timeout 504, a failure 500 whose details go to the log only)."""
+    if await request.is_disconnected():
+        # Gone while its body was prepared: submitting would let the batcher take it
+        # before the disconnect is seen, and decode it for nobody.
+        raise ClientGone()
+    batcher = state.batcher
+    if batcher is None:
+        raise _unavailable("the model is not loaded yet", 1)
+    tokens = sum(s.tokens for s in sources)
+    segments = sum(len(s.segments) for s in sources)  # what the queue's bound counts
+    terms, group = term_tokens(sources), work_group(sources)
+    try:
+        future = batcher.submit(
+            sources, options, tokens, segments=segments, terms=terms, group=group
+        )
+    except QueueFull as e:
+        metrics.rejected.inc()
+        raise _unavailable(f"{e}; retry later", e.retry_after_s) from None
+    except Stopped:
+        raise _unavailable("the server is shutting down", 1) from None
+    except OverBudget as e:  # not when serve's limits agree (it checks that they do)
+        raise Declined(413, "beam_size", str(e)) from None
+    try:
+        results = await _outcome(request, future, start + limits.timeout_s)
+    except TimeoutError:
+        message = f"no translation within {limits.timeout_s:g} s (the request timeout)"
+        raise Declined(504, None, message) from None
+    except ClientGone:
+        raise
+    except Exception as e:
+        raise _failed(e) from None
+    metrics.latency.observe(time.perf_counter() - start)
+    return results
+
+
+class Engine:
+    """Translation for the routes that build their own requests (LibreTranslate, DeepL): the
+    native route's checks, batcher, limits and metrics, behind one call."""
+
+    def __init__(self, translator: Translator, info: dict, limits, state: ServerState, metrics):
+        self.translator, self.info, self.limits = translator, info, limits
+        self.state, self.metrics = state, metrics
+        self.check = request_checker(translator, limits)
+        many = (
+            list(translator.tokenizer.languages) if is_many_language(translator.tokenizer) else None
+        )
+        self.pairs = served_pairs(info["source_language"], info["target_language"], many)
+        self.glossary_refusal = glossary_refusal(translator)
+
+    async def translate(
+        self, request, body: dict, updates: dict | None = None
+    ) -> tuple[TranslateRequest, list[Hypotheses]]:
+        """A native /translate body (another API's request, restated) parsed, checked and
+        decoded, with `updates` to its decoding options: the request and its hypotheses
+        (else RequestError, Declined or ClientGone)."""
+        start = time.perf_counter()
+        req, sources = await asyncio.to_thread(self._prepare, body, updates or {})
+        limits = self.limits
+        results = await decoded(
+            request, sources, req.options, self.state, self.metrics, limits, start
+        )
+        return req, results
+
+    def _prepare(self, body: dict, updates: dict) -> tuple[TranslateRequest, list[Source]]:
+        # A lone surrogate goes back as its JSON escape, which the native checks refuse by name.
+        encoded = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
+        req = parse_translate_request(encoded, self.limits, self.translator.decode)
+        if updates:
+            req = replace(req, options=req.options.model_copy(update=updates))
+        return self.check(req)
 
 
 async def _outcome(request, future: JobFuture, deadline: float):
-    """The future's result, unless the client goes away (_ClientGone) or the deadline
+    """The future's result, unless the client goes away (ClientGone) or the deadline
     (`time.perf_counter()`) passes first (TimeoutError). Then, or should this handler be
     cancelled, the request is abandoned: the decoder skips it if still queued, or stops
     decoding its lines within a few steps (the rest of its batch goes on)."""
@@ -383,7 +459,7 @@ async def _outcome(request, future: JobFuture, deadline: float):
             result.cancel()
     if result in done:
         return result.result()
-    raise _ClientGone() if gone in done else TimeoutError()
+    raise ClientGone() if gone in done else TimeoutError()
 
 
 async def _disconnected(request) -> None:
@@ -392,52 +468,16 @@ async def _disconnected(request) -> None:
         pass
 
 
-def _failed(error: Exception):
+def _failed(error: Exception) -> Declined:
     """A 500 that tells the client nothing internal (a merged batch's message could name other
     clients' lines): a fixed message and an id that finds the details in the server's log."""
-    from fastapi.responses import JSONResponse
-
     request_id = uuid.uuid4().hex[:16]
     log.error("translation failed (request %s): %s", request_id, error)
-    return JSONResponse(
-        {"error": f"translation failed (request {request_id}; see the server log)", "field": None},
-        500,
-        headers={"X-Request-ID": request_id},
+    message = f"translation failed (request {request_id}; see the server log)"
+    return Declined(500, None, message, headers={"X-Request-ID": request_id})
+
+
+def _unavailable(message: str, retry_after_s: float) -> Declined:
+    return Declined(
+        503, None, message, headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))}
     )
-
-
-def _unavailable(message: str, retry_after_s: float):
-    from fastapi.responses import JSONResponse
-
-    return JSONResponse(
-        {"error": message, "field": None},
-        503,
-        headers={"Retry-After": str(max(1, math.ceil(retry_after_s)))},
-    )
-
-
-async def _read_body(request, limit: int, timeout_s: float) -> bytes:
-    """The body, refused as soon as it is known to be over the limit, or once it has taken
-    longer than `timeout_s` to arrive (a client that stops half-way must not hold the handler,
-    and with it a shutdown, forever)."""
-    length = request.headers.get("content-length", "")
-    if length.isdigit() and int(length) > limit:
-        raise RequestError(413, "body", f"request body over {limit} bytes")
-    try:
-        # wait_for, not asyncio.timeout (Python 3.11+): the package supports 3.10, where
-        # asyncio's TimeoutError is not yet the builtin one.
-        return await asyncio.wait_for(_body_chunks(request, limit), timeout_s)
-    except asyncio.TimeoutError:
-        raise RequestError(
-            408, "body", f"request body not received within {timeout_s:g} s"
-        ) from None
-
-
-async def _body_chunks(request, limit: int) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, "body", f"request body over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -1,0 +1,288 @@
+"""DeepL's API v2 on `seq2seq serve`: POST /v2/translate, GET /v2/languages,
+GET /v2/glossary-language-pairs, POST/GET/DELETE /v2/glossaries (entries onto the terminology
+path), the `Authorization: DeepL-Auth-Key …` header, errors `{"message": …}`, 413 above
+128 KiB. A request is restated as a native /translate body (see libretranslate.py)."""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
+
+import asyncio
+
+from seq2seq.serve.forms import ClientGone, body_fields, read_body
+from seq2seq.serve.glossaries import GlossaryStore, read_entries
+from seq2seq.serve.keys import KeyCheck
+from seq2seq.serve.langs import detect, language_name
+from seq2seq.serve.schema import RequestError
+
+MAX_BODY = 128 * 1024  # DeepL's request size limit
+SPLIT = {"0": False, "1": True, "nonewlines": True}
+TAGS = {"xml": "xml", "html": "html"}
+
+
+def _message(status: int, message: str, detail: str | None = None, headers=None):
+    from fastapi.responses import JSONResponse  # the optional `serve` extra
+
+    body = {"message": message} if detail is None else {"message": message, "detail": detail}
+    return JSONResponse(body, status, headers=headers)
+
+
+def refusal(e: RequestError):
+    """A refusal in DeepL's shape `{"message": …}`: bad input 400, a body too large 413, a
+    bad key 403, a key over its limit or a full queue 429, a timeout or failure 500."""
+    headers = getattr(e, "headers", None)
+    if e.status in (403, 404, 413, 429, 456):
+        return _message(e.status, e.message)
+    if e.status == 503:
+        return _message(429, f"Too many requests: {e.message}", headers=headers)
+    if e.status >= 500:
+        return _message(500, e.message, headers=headers)
+    return _message(400, e.message)
+
+
+def authorize(keys: KeyCheck, request, fields: dict | None = None) -> None:
+    """`Authorization: DeepL-Auth-Key KEY` (or the old `auth_key` field): a missing or
+    unknown key is a 403, a key over its requests a minute a 429."""
+    header = request.headers.get("authorization", "")
+    key = header[len("DeepL-Auth-Key ") :].strip() if header.startswith("DeepL-Auth-Key ") else None
+    if key is None and fields and isinstance(fields.get("auth_key"), str):
+        key = fields["auth_key"]
+    why = keys.check(key)
+    if why in ("missing", "invalid"):
+        raise RequestError(403, "auth_key", "Authorization failure, check auth_key")
+    if why is not None:
+        raise RequestError(429, "auth_key", f"Too many requests ({why})")
+
+
+def served_code(code: str, codes: list[str]) -> str | None:
+    """The served code a DeepL code means (`EN-GB` → `en` when only `en` is served)."""
+    lower = code.lower()
+    for served in codes:
+        if served.lower() == lower:
+            return served
+    base = lower.split("-")[0]
+    return next((s for s in codes if s.lower() == base), None)
+
+
+def deepl_code(code: str) -> str:
+    """How DeepL writes a code: upper case."""
+    return code.upper()
+
+
+def _texts(fields: dict) -> list[str]:
+    text = fields.get("text")
+    if text is None or text == []:
+        raise RequestError(400, "text", "Parameter 'text' not specified.")
+    texts = [text] if isinstance(text, str) else text
+    if not isinstance(texts, list) or not all(isinstance(t, str) for t in texts):
+        raise RequestError(400, "text", "Parameter 'text' must be a list of strings.")
+    return texts
+
+
+def _choice(fields: dict, name: str, choices: dict, default):
+    given = fields.get(name)
+    if given is None or given == "":
+        return default
+    if not isinstance(given, str) or given not in choices:
+        raise RequestError(400, name, f"Value for '{name}' not supported.")
+    return choices[given]
+
+
+def _languages(engine, fields: dict) -> tuple[str | None, str]:
+    target = fields.get("target_lang")
+    if not target or not isinstance(target, str):
+        raise RequestError(400, "target_lang", "Value for 'target_lang' not supported.")
+    tgt = served_code(target, sorted({t for _, t in engine.pairs}))
+    if tgt is None:
+        raise RequestError(400, "target_lang", "Value for 'target_lang' not supported.")
+    source = fields.get("source_lang")
+    if source is None or source == "":
+        return None, tgt
+    src = (
+        served_code(source, sorted({s for s, _ in engine.pairs}))
+        if isinstance(source, str)
+        else None
+    )
+    if src is None:
+        raise RequestError(400, "source_lang", "Value for 'source_lang' not supported.")
+    if (src, tgt) not in engine.pairs:
+        raise RequestError(400, "target_lang", f"Language pair {src} → {tgt} not supported.")
+    return src, tgt
+
+
+def _glossary(store: GlossaryStore, fields: dict, source: str | None, target: str):
+    glossary_id = fields.get("glossary_id")
+    if not glossary_id:
+        return None
+    if source is None:
+        raise RequestError(
+            400, "source_lang", "Use of a glossary requires the source_lang parameter."
+        )
+    found = store.get(glossary_id) if isinstance(glossary_id, str) else None
+    if found is None:
+        raise RequestError(404, "glossary_id", "Glossary not found.")
+    if (found.source_lang, found.target_lang) != (source, target):
+        raise RequestError(
+            400, "glossary_id", "Language pair of the glossary does not match the request."
+        )
+    return [list(pair) for pair in found.entries]
+
+
+def native_body(engine, store, fields: dict, source: str, target: str, given_source):
+    """The request restated as a native /translate body, and its decoding updates."""
+    fmt = _choice(fields, "tag_handling", TAGS, "text")
+    split = _choice(fields, "split_sentences", SPLIT, True)
+    glossary = _glossary(store, fields, given_source, target)
+    body: dict = {"texts": _texts(fields), "source_lang": source, "target_lang": target}
+    body["format"] = fmt
+    if glossary is not None:
+        beam = max(engine.translator.decode.beam_size, 2)
+        body.update(glossary=glossary, beam_size=min(beam, engine.limits.max_beam_size))
+    return body, ({} if split else {"split_sentences": False})
+
+
+def add_routes(app, engine, keys: KeyCheck) -> None:
+    """DeepL's v2 routes."""
+    store = GlossaryStore()
+    _add_translate_route(app, engine, keys, store)
+    _add_language_routes(app, engine, keys)
+    _add_glossary_routes(app, engine, keys, store)
+
+
+def _add_translate_route(app, engine, keys: KeyCheck, store: GlossaryStore) -> None:
+    from fastapi import Request
+    from fastapi.responses import Response
+
+    limits = engine.limits
+
+    @app.post("/v2/translate")
+    async def translate(request: Request):
+        """DeepL: `{"translations": [{detected_source_language, text}]}`."""
+        try:
+            body = await read_body(request, min(MAX_BODY, limits.max_bytes), limits.body_timeout_s)
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            authorize(keys, request, fields)
+            source, target = _languages(engine, fields)
+            texts = _texts(fields)
+            given = source
+            if source is None:
+                candidates = sorted({s for s, t in engine.pairs if t == target})
+                found = await asyncio.to_thread(detect, texts, candidates)
+                source = max(found, key=lambda f: f[1])[0]
+            restated, updates = native_body(engine, store, fields, source, target, given)
+            _, results = await engine.translate(request, restated, updates)
+        except ClientGone:
+            return Response(status_code=400)  # nobody is left to read it
+        except RequestError as e:
+            return refusal(e)
+        code = deepl_code(source)
+        return {
+            "translations": [
+                {"detected_source_language": code, "text": hyps[0][0], "billed_characters": len(t)}
+                for hyps, t in zip(results, texts)
+            ]
+        }
+
+
+def _add_language_routes(app, engine, keys: KeyCheck) -> None:
+    from fastapi import Request
+
+    @app.get("/v2/languages")
+    async def languages(request: Request, type: str = "source"):  # noqa: A002 (DeepL's name)
+        """DeepL: the source (or, with `type=target`, target) languages loaded."""
+        try:
+            body = await read_body(request, MAX_BODY, engine.limits.body_timeout_s)
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            authorize(keys, request, fields)
+            kind = fields.get("type", type)
+            if kind not in ("source", "target"):
+                raise RequestError(400, "type", "Value for 'type' not supported.")
+        except RequestError as e:
+            return refusal(e)
+        side = 0 if kind == "source" else 1
+        codes = sorted({pair[side] for pair in engine.pairs})
+        extra = {"supports_formality": False} if kind == "target" else {}
+        return [{"language": deepl_code(c), "name": language_name(c), **extra} for c in codes]
+
+    @app.get("/v2/glossary-language-pairs")
+    async def glossary_pairs(request: Request):
+        """DeepL: the language pairs a glossary may have."""
+        try:
+            authorize(keys, request)
+        except RequestError as e:
+            return refusal(e)
+        pairs = [] if engine.glossary_refusal else engine.pairs
+        return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
+
+
+def _new_glossary(engine, store: GlossaryStore, fields: dict):
+    """A glossary from a POST /v2/glossaries body, stored; or a RequestError."""
+    if engine.glossary_refusal:
+        raise RequestError(400, "glossary", engine.glossary_refusal)
+    for name in ("name", "source_lang", "target_lang", "entries"):
+        if not isinstance(fields.get(name), str) or not fields[name]:
+            raise RequestError(400, name, f"Missing or invalid argument: {name}")
+    source, target = _languages(engine, fields)
+    entries = read_entries(fields["entries"], fields.get("entries_format") or "tsv")
+    made = store.add(fields["name"], source, target, entries)
+    if made is None:
+        raise RequestError(456, "glossary", f"Quota exceeded: at most {store.cap} glossaries")
+    return made
+
+
+def _add_glossary_routes(app, engine, keys: KeyCheck, store: GlossaryStore) -> None:
+    from fastapi import Request
+    from fastapi.responses import JSONResponse, Response
+
+    @app.post("/v2/glossaries")
+    async def create(request: Request):
+        """DeepL: a new glossary (entries as TSV or CSV); 201 and its description."""
+        try:
+            body = await read_body(request, MAX_BODY, engine.limits.body_timeout_s)
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            authorize(keys, request, fields)
+            made = _new_glossary(engine, store, fields)
+        except RequestError as e:
+            return refusal(e)
+        return JSONResponse(made.info(), 201)
+
+    @app.get("/v2/glossaries")
+    async def listed(request: Request):
+        """DeepL: every glossary."""
+        try:
+            authorize(keys, request)
+        except RequestError as e:
+            return refusal(e)
+        return {"glossaries": [g.info() for g in store.glossaries.values()]}
+
+    def found(request, glossary_id: str):
+        authorize(keys, request)
+        glossary = store.get(glossary_id)
+        if glossary is None:
+            raise RequestError(404, "glossary_id", "Glossary not found.")
+        return glossary
+
+    @app.get("/v2/glossaries/{glossary_id}")
+    async def one(request: Request, glossary_id: str):
+        """DeepL: one glossary's description."""
+        try:
+            return found(request, glossary_id).info()
+        except RequestError as e:
+            return refusal(e)
+
+    @app.get("/v2/glossaries/{glossary_id}/entries")
+    async def entries(request: Request, glossary_id: str):
+        """DeepL: one glossary's entries, as TSV."""
+        try:
+            tsv = found(request, glossary_id).tsv()
+        except RequestError as e:
+            return refusal(e)
+        return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
+
+    @app.delete("/v2/glossaries/{glossary_id}")
+    async def delete(request: Request, glossary_id: str):
+        """DeepL: the glossary removed; 204."""
+        try:
+            found(request, glossary_id)
+        except RequestError as e:
+            return refusal(e)
+        store.remove(glossary_id)
+        return Response(status_code=204)

@@ -1,0 +1,254 @@
+"""LibreTranslate's API (v1.9) on `seq2seq serve`, field for field: POST /translate (a body
+with `q`, or any form, which the native route hands on), GET /languages, POST /detect,
+GET /frontend/settings; its errors `{"error": …}` with its codes (400, 403, 429, 500).
+
+A request is restated as a native /translate body and goes through the native checks,
+batcher, limits and metrics; `glossary` (term pairs, or TSV lines in a form) is ours."""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
+
+import asyncio
+import json
+
+from seq2seq.serve.forms import ClientGone, body_fields, is_form, read_body
+from seq2seq.serve.glossaries import read_entries
+from seq2seq.serve.keys import KeyCheck
+from seq2seq.serve.langs import detect, language_list, language_name
+from seq2seq.serve.schema import RequestError
+
+MAX_ALTERNATIVES = 3  # LibreTranslate's default --alternatives-limit
+NEED_KEY = "Please contact the server operator to get an API key"
+
+
+# Keys of LibreTranslate's body that the native schema forbids: a body with one is not native.
+OWN_KEYS = ("q", "source", "target", "alternatives", "api_key")
+
+
+def asks(headers, body: bytes) -> bool:
+    """Whether a POST /translate is LibreTranslate's: a form, or a JSON object with one of its
+    own keys (`q`, `source`, …), which the native schema refuses, so no native request is
+    taken."""
+    if is_form(headers.get("content-type", "")):
+        return True
+    if not any(f'"{key}"'.encode() in body for key in OWN_KEYS):
+        return False  # a native body, told apart without parsing it twice
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and any(key in data for key in OWN_KEYS)
+
+
+def _error(status: int, message: str, headers=None):
+    from fastapi.responses import JSONResponse  # the optional `serve` extra
+
+    return JSONResponse({"error": message}, status, headers=headers)
+
+
+def refusal(e: RequestError):
+    """A native refusal in LibreTranslate's shape: bad input is its 400; a full queue is its
+    429 (`Slowdown: …`), a timeout or a failure its 500 (never the client's text)."""
+    headers = getattr(e, "headers", None)
+    if e.status in (403, 429):
+        return _error(e.status, e.message)
+    if e.status == 503:
+        return _error(429, f"Slowdown: {e.message}", headers)
+    if e.status >= 500:
+        return _error(500, f"Cannot translate text: {e.message}", headers)
+    if e.message.startswith("Invalid request") or e.message.endswith("is not supported"):
+        return _error(400, e.message)
+    return _error(400, f"Invalid request: {e.message}")
+
+
+def authorize(keys: KeyCheck, fields: dict) -> None:
+    """A missing or unknown key is a 403; a key over its requests a minute is a 429."""
+    key = fields.get("api_key")
+    why = keys.check(key if isinstance(key, str) else None)
+    if why == "missing":
+        raise RequestError(403, "api_key", NEED_KEY)
+    if why == "invalid":
+        raise RequestError(403, "api_key", "Invalid API key")
+    if why is not None:
+        raise RequestError(429, "api_key", f"Slowdown: {why}")
+
+
+def _texts(fields: dict) -> tuple[list[str], bool]:
+    q = fields.get("q")
+    if q is None or q == "" or q == []:
+        raise RequestError(400, "q", "Invalid request: missing q parameter")
+    if isinstance(q, str):
+        return [q], True
+    if isinstance(q, list) and all(isinstance(t, str) for t in q):
+        return q, False
+    raise RequestError(400, "q", "Invalid request: q must be a string or an array of strings")
+
+
+def _required(fields: dict, name: str) -> str:
+    value = fields.get(name)
+    if not value:
+        raise RequestError(400, name, f"Invalid request: missing {name} parameter")
+    if not isinstance(value, str):
+        raise RequestError(400, name, f"Invalid request: {name} must be a string")
+    return value
+
+
+def _alternatives(fields: dict) -> int:
+    given = fields.get("alternatives", 0)
+    try:
+        count = max(0, int(given))
+    except (TypeError, ValueError, OverflowError):
+        raise RequestError(
+            400, "alternatives", "Invalid request: alternatives parameter is not a number"
+        ) from None
+    if count > MAX_ALTERNATIVES:
+        raise RequestError(
+            400,
+            "alternatives",
+            f"Invalid request: alternatives parameter must be <= {MAX_ALTERNATIVES}",
+        )
+    return count
+
+
+def _glossary(fields: dict) -> list | None:
+    given = fields.get("glossary")
+    if given is None or given == "":
+        return None
+    if isinstance(given, str):  # a form's field: TSV lines
+        return [list(pair) for pair in read_entries(given, "tsv")]
+    return given  # the native checks refuse what is not a list of pairs
+
+
+def language_pair(engine, source: str, target: str) -> None:
+    """An unknown language, or a pair no loaded model serves, is a 400 naming it."""
+    sources = {s for s, _ in engine.pairs}
+    targets = {t for _, t in engine.pairs}
+    if source != "auto" and source not in sources:
+        raise RequestError(400, "source", f"{source} is not supported")
+    if target not in targets:
+        raise RequestError(400, "target", f"{target} is not supported")
+    if source != "auto" and (source, target) not in engine.pairs:
+        raise RequestError(400, "target", f"{source} → {target} is not supported")
+
+
+def detected(texts: list[str], candidates: list[str]) -> tuple[str, float]:
+    """One language for all the texts (as LibreTranslate detects a batch): the one of most
+    summed probability over the non-blank texts, with its mean probability (0–100)."""
+    found = detect([t for t in texts if t.strip()] or texts, candidates)
+    totals: dict[str, float] = {}
+    for code, p in found:
+        totals[code] = totals.get(code, 0.0) + p
+    best = max(totals, key=lambda c: totals[c])
+    return best, round(100.0 * totals[best] / len(found), 1)
+
+
+def native_body(engine, fields: dict, texts: list[str], single: bool, source: str) -> dict:
+    """The request restated as a native /translate body."""
+    target = fields["target"]
+    fmt = fields.get("format") or "text"
+    if fmt not in ("text", "html"):
+        raise RequestError(400, "format", f"{fmt} format is not supported")
+    nbest = _alternatives(fields) + 1
+    glossary = _glossary(fields)
+    if nbest > 1 and fmt == "html":
+        raise RequestError(400, "alternatives", "Invalid request: alternatives need format text")
+    beam = max(engine.translator.decode.beam_size, nbest, 2 if glossary else 1)
+    body: dict = {"text": texts[0]} if single else {"texts": texts}
+    body.update(source_lang=source, target_lang=target, format=fmt, nbest=nbest)
+    body["beam_size"] = min(beam, engine.limits.max_beam_size)
+    if glossary is not None:
+        body["glossary"] = glossary
+    return body
+
+
+def answer(req, results, single: bool, language: tuple[str, float] | None) -> dict:
+    """LibreTranslate's answer: `translatedText`, with `detectedLanguage` when the source was
+    `auto` and `alternatives` when asked for, each a list when `q` was."""
+    texts = [hyps[0][0] for hyps in results]
+    others = [[t for t, _ in hyps[1:]] for hyps in results]
+    out: dict = {"translatedText": texts[0] if single else texts}
+    if language is not None:
+        found = {"confidence": language[1], "language": language[0]}
+        out["detectedLanguage"] = found if single else [found] * len(texts)
+    if req.options.nbest > 1:
+        out["alternatives"] = others[0] if single else others
+    return out
+
+
+def add_routes(app, engine, keys: KeyCheck):
+    """GET /languages, POST /detect, GET /frontend/settings; returns the handler the native
+    POST /translate hands LibreTranslate's bodies to."""
+    _add_info_routes(app, engine, keys)
+    _add_detect_route(app, engine, keys)
+    return translate_handler(engine, keys)
+
+
+def _add_info_routes(app, engine, keys: KeyCheck) -> None:
+    @app.get("/languages")
+    async def languages():
+        """LibreTranslate: `[{code, name, targets}]`, the pairs loaded (a body is ignored)."""
+        return language_list(engine.pairs)
+
+    @app.get("/frontend/settings")
+    async def frontend_settings():
+        """LibreTranslate's settings for its web page and clients."""
+        target = engine.info["target_language"]
+        return {
+            "charLimit": engine.limits.max_bytes,
+            "frontendTimeout": 500,
+            "apiKeys": keys.required,
+            "keyRequired": keys.required,
+            "suggestions": False,
+            "filesTranslation": False,
+            "supportedFilesFormat": [],
+            "language": {
+                "source": {"code": "auto", "name": "Auto Detect"},
+                "target": {"code": target, "name": language_name(target)},
+            },
+        }
+
+
+def _add_detect_route(app, engine, keys: KeyCheck) -> None:
+    from fastapi import Request  # the optional `serve` extra
+
+    limits = engine.limits
+    sources = sorted({s for s, _ in engine.pairs})
+
+    @app.post("/detect")
+    async def detect_route(request: Request):
+        """LibreTranslate: the language of `q`, `[{confidence, language}]`."""
+        try:
+            body = await read_body(request, limits.max_bytes, limits.body_timeout_s)
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            authorize(keys, fields)
+            texts, _ = _texts(fields)
+            code, confidence = await asyncio.to_thread(detected, texts, sources)
+        except RequestError as e:
+            return refusal(e)
+        return [{"confidence": confidence, "language": code}]
+
+
+def translate_handler(engine, keys: KeyCheck):
+    """LibreTranslate's POST /translate, given the body the native route has read."""
+    from fastapi.responses import JSONResponse, Response  # the optional `serve` extra
+
+    async def translate(request, body: bytes):
+        try:
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            authorize(keys, fields)
+            texts, single = _texts(fields)
+            source, target = _required(fields, "source"), _required(fields, "target")
+            language_pair(engine, source, target)
+            language = None
+            if source == "auto":
+                candidates = sorted({s for s, t in engine.pairs if t == target})
+                language = await asyncio.to_thread(detected, texts, candidates)
+                source = language[0]
+            restated = native_body(engine, fields, texts, single, source)
+            req, results = await engine.translate(request, restated)
+        except ClientGone:
+            return Response(status_code=400)  # nobody is left to read it
+        except RequestError as e:
+            return refusal(e)
+        return JSONResponse(answer(req, results, single, language))
+
+    return translate

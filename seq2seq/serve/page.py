@@ -1,0 +1,130 @@
+"""The page at `/`: a text box, language pickers filled from /languages, a translate button, an
+optional glossary, and each sentence's translation with its confidence. Plain HTML and a little
+JavaScript, served as one string: no build step, no files to ship."""
+
+# No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
+
+PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>seq2seq translate</title>
+<style>
+body { font: 16px/1.4 system-ui, sans-serif; max-width: 60rem; margin: 2rem auto; padding: 0 1rem; }
+textarea { width: 100%; box-sizing: border-box; font: inherit; }
+.row { display: flex; gap: 1rem; align-items: center; margin: .5rem 0; flex-wrap: wrap; }
+table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
+td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; }
+.confidence { white-space: nowrap; font-variant-numeric: tabular-nums; }
+.low { color: #b00; }
+#error { color: #b00; }
+</style>
+</head>
+<body>
+<h1>seq2seq translate</h1>
+<div class="row">
+  <label>From <select id="source"></select></label>
+  <label>To <select id="target"></select></label>
+  <button id="translate" type="button">Translate</button>
+</div>
+<textarea id="text" rows="6" placeholder="Text to translate"></textarea>
+<details>
+  <summary>Glossary (optional)</summary>
+  <p>One term pair a line: <code>source term = target term</code>.</p>
+  <textarea id="glossary" rows="4" placeholder="cat = chat"></textarea>
+</details>
+<p id="error" role="alert"></p>
+<table id="result" hidden>
+  <thead><tr><th>Source sentence</th><th>Translation</th><th>Confidence</th></tr></thead>
+  <tbody></tbody>
+</table>
+<script>
+"use strict";
+const $ = (id) => document.getElementById(id);
+let languages = [];
+
+function option(select, code, name) {
+  const o = document.createElement("option");
+  o.value = code;
+  o.textContent = name + " (" + code + ")";
+  select.appendChild(o);
+}
+
+function fillTargets() {
+  const source = languages.find((l) => l.code === $("source").value);
+  $("target").replaceChildren();
+  for (const code of source ? source.targets : []) {
+    const target = languages.find((l) => l.code === code);
+    option($("target"), code, target ? target.name : code);
+  }
+}
+
+function sentences(text) {
+  return text.split(/(?<=[.!?\u3002])\\s+|\\n+/).map((s) => s.trim()).filter((s) => s);
+}
+
+function glossaryPairs() {
+  return $("glossary").value.split("\\n").map((line) => line.split("="))
+    .filter((p) => p.length === 2 && p[0].trim() && p[1].trim())
+    .map((p) => [p[0].trim(), p[1].trim()]);
+}
+
+async function translate() {
+  $("error").textContent = "";
+  const texts = sentences($("text").value);
+  if (!texts.length) { $("error").textContent = "Type some text first."; return; }
+  const body = { texts: texts, source_lang: $("source").value, target_lang: $("target").value };
+  const pairs = glossaryPairs();
+  if (pairs.length) { body.glossary = pairs; }
+  $("translate").disabled = true;
+  try {
+    const answer = await fetch("translate", {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    const data = await answer.json();
+    if (!answer.ok) { $("error").textContent = data.error; return; }
+    const rows = $("result").querySelector("tbody");
+    rows.replaceChildren();
+    texts.forEach((source, i) => {
+      const row = rows.insertRow();
+      row.insertCell().textContent = source;
+      row.insertCell().textContent = data.translations[i];
+      const cell = row.insertCell();
+      const score = data.scores[i];
+      const confidence = score === null ? 0 : Math.exp(score);
+      cell.textContent = Math.round(100 * confidence) + "%";
+      cell.className = "confidence" + (confidence < 0.3 ? " low" : "");
+    });
+    $("result").hidden = false;
+  } catch (e) {
+    $("error").textContent = "The server did not answer: " + e;
+  } finally {
+    $("translate").disabled = false;
+  }
+}
+
+async function start() {
+  languages = await (await fetch("languages")).json();
+  for (const l of languages.filter((l) => l.targets.length)) {
+    option($("source"), l.code, l.name);
+  }
+  fillTargets();
+  $("source").addEventListener("change", fillTargets);
+  $("translate").addEventListener("click", translate);
+}
+start();
+</script>
+</body>
+</html>
+"""
+
+
+def add_route(app) -> None:
+    """GET /: the page."""
+    from fastapi.responses import HTMLResponse  # the optional `serve` extra
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        """A page to translate with."""
+        return HTMLResponse(PAGE)

@@ -1,0 +1,377 @@
+"""`seq2seq serve` speaks LibreTranslate and DeepL (issue 43): the clients people already run
+(`libretranslatepy`, the `deepl` Python client, Mastodon's and Weblate's request shapes) get
+the answers they parse, bad input gets each API's own error shape and code, and the native
+/translate route is unchanged beside them. The server runs on a loopback port in this process
+(so the language identifier can be pinned), on an untrained run: shapes, not translations."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from seq2seq.decode.translator import load_translator
+from seq2seq.serve import langs
+from seq2seq.serve.app import ServeConfig, create_app, run_info
+from seq2seq.serve.server import listening_socket
+from tests.factories import untrained_run
+
+uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+
+KEY, LIMITED = "secret-key", "limited-key"
+
+
+def _identify(texts: list[str]) -> list[tuple[str, float]]:
+    """A pinned language identifier: German for texts with "Katze", else English."""
+    return [("de", 0.99) if "Katze" in t else ("en", 0.93) for t in texts]
+
+
+class LoopbackServer:
+    """The app under uvicorn on a free loopback port, in a thread of this process."""
+
+    def __init__(self, app):
+        self.sock = listening_socket("127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+        self.thread.start()
+        while not self.server.started:
+            time.sleep(0.02)
+        self.client = httpx.Client(base_url=self.url, timeout=60)
+
+    def stop(self) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_pairs):
+    return untrained_run(tmp_path_factory.mktemp("apis"), demo_pairs[:300])
+
+
+def _start(run, **cfg) -> LoopbackServer:
+    translator, checkpoint = load_translator(run, device="cpu")
+    config = ServeConfig(**cfg)
+    app = create_app(translator, run_info(run, checkpoint, translator, config), config)
+    return LoopbackServer(app)
+
+
+@pytest.fixture(scope="module")
+def server(run):
+    patch = pytest.MonkeyPatch()
+    patch.setattr(langs, "identify", _identify)
+    s = _start(run)
+    yield s
+    s.stop()
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def keyed(run, tmp_path_factory):
+    """A server whose LibreTranslate and DeepL routes need a key; LIMITED may ask twice a
+    minute."""
+    keys = tmp_path_factory.mktemp("keys") / "keys.txt"
+    keys.write_text(f"# who may call\n{KEY}\n{LIMITED} 2\n")
+    s = _start(run, api_keys=keys)
+    yield s
+    s.stop()
+
+
+# LibreTranslate
+
+
+def test_libretranslatepy_translates_lists_languages_and_detects(server):
+    from libretranslatepy import LibreTranslateAPI
+
+    api = LibreTranslateAPI(server.url)
+    translated = api.translate("I have three cats.", "en", "fr")  # a form post
+    assert isinstance(translated, str) and translated
+    assert api.languages() == [  # a GET that carries a (form) body
+        {"code": "en", "name": "English", "targets": ["fr"]},
+        {"code": "fr", "name": "French", "targets": []},
+    ]
+    assert api.detect("I have three cats.") == [{"confidence": 93.0, "language": "en"}]
+
+
+def test_mastodons_json_html_auto_request_gets_a_list_and_the_detected_language(server):
+    # Mastodon's TranslationService::LibreTranslate: JSON, q an array, format html, source auto.
+    body = {"q": ["<p>I have <b>three</b> cats.</p>", "<p>It is five.</p>"], "source": "auto"}
+    body.update(target="fr", format="html", api_key="")
+    answer = server.client.post("/translate", json=body)
+    assert answer.status_code == 200, answer.text
+    data = answer.json()
+    assert len(data["translatedText"]) == 2
+    assert data["translatedText"][0].startswith("<p>") and "<b>" in data["translatedText"][0]
+    assert data["detectedLanguage"] == [{"confidence": 93.0, "language": "en"}] * 2
+
+
+def test_weblates_form_post_gets_libretranslates_answer(server):
+    form = {"q": "I have three cats.", "source": "en", "target": "fr", "format": "text"}
+    answer = server.client.post("/translate", data=form)
+    assert answer.status_code == 200, answer.text
+    assert set(answer.json()) == {"translatedText"} and isinstance(
+        answer.json()["translatedText"], str
+    )
+
+
+def test_a_multipart_form_as_browsers_send_it_is_read_too(server):
+    answer = server.client.post(
+        "/translate",
+        files={"q": (None, "It is five."), "source": (None, "en"), "target": (None, "fr")},
+    )
+    assert answer.status_code == 200, answer.text
+    assert isinstance(answer.json()["translatedText"], str)
+
+
+def test_alternatives_are_the_n_best_after_the_first(server):
+    body = {"q": "I have three cats.", "source": "en", "target": "fr", "alternatives": 2}
+    data = server.client.post("/translate", json=body).json()
+    assert isinstance(data["translatedText"], str)
+    assert len(data["alternatives"]) == 2 and all(isinstance(a, str) for a in data["alternatives"])
+    batch = server.client.post("/translate", json={**body, "q": ["a b.", "c d."]}).json()
+    assert [len(a) for a in batch["alternatives"]] == [2, 2]
+
+
+def test_the_glossary_field_takes_term_pairs_or_tsv_lines(server):
+    body = {"q": "I have three cats.", "source": "en", "target": "fr"}
+    pairs = server.client.post("/translate", json={**body, "glossary": [["cats", "chats"]]})
+    assert pairs.status_code == 200, pairs.text
+    assert "chats" in pairs.json()["translatedText"]
+    form = server.client.post("/translate", data={**body, "glossary": "cats\tchats\n"})
+    assert form.status_code == 200 and "chats" in form.json()["translatedText"]
+
+
+def test_a_text_in_no_loaded_language_is_detected_as_the_model_source_with_confidence_0(server):
+    data = server.client.post("/detect", data={"q": "Die Katze schläft."}).json()
+    assert data == [{"confidence": 0.0, "language": "en"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"source": "en", "target": "fr"}, "Invalid request: missing q parameter"),
+        ({"q": "x", "target": "fr"}, "Invalid request: missing source parameter"),
+        ({"q": "x", "source": "en"}, "Invalid request: missing target parameter"),
+        ({"q": "x", "source": "xx", "target": "fr"}, "xx is not supported"),
+        ({"q": "x", "source": "en", "target": "de"}, "de is not supported"),
+        ({"q": "x", "source": "fr", "target": "fr"}, "fr is not supported"),
+        (
+            {"q": "x", "source": "en", "target": "fr", "format": "pdf"},
+            "pdf format is not supported",
+        ),
+        (
+            {"q": "x", "source": "en", "target": "fr", "alternatives": "two"},
+            "Invalid request: alternatives parameter is not a number",
+        ),
+        (
+            {"q": "x", "source": "en", "target": "fr", "alternatives": 9},
+            "Invalid request: alternatives parameter must be <= 3",
+        ),
+        ({"q": [1], "source": "en", "target": "fr"}, "Invalid request: q must be a string"),
+    ],
+)
+def test_bad_libretranslate_requests_are_a_400_in_its_error_shape(server, body, message):
+    answer = server.client.post("/translate", json=body)
+    assert answer.status_code == 400, answer.text
+    assert list(answer.json()) == ["error"] and answer.json()["error"].startswith(message)
+
+
+def test_more_texts_than_the_request_limit_or_a_bad_encoding_is_a_400_never_a_500(server):
+    over = server.client.post(
+        "/translate", json={"q": ["a."] * 257, "source": "en", "target": "fr"}
+    )
+    assert over.status_code == 400 and "257" in over.json()["error"]
+    bad = server.client.post(
+        "/translate",
+        content=b"q=%ff%fe&source=en&target=fr",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert bad.status_code == 400 and bad.json() == {
+        "error": "Invalid request: the form is not URL-encoded UTF-8"
+    }
+    rows = server.client.post(
+        "/translate", data={"q": "x", "source": "en", "target": "fr", "glossary": "no tab"}
+    )
+    assert rows.status_code == 400 and "entries row 1" in rows.json()["error"]
+
+
+def test_a_bad_key_is_403_and_a_key_over_its_limit_is_429_slowdown(keyed):
+    body = {"q": "It is five.", "source": "en", "target": "fr"}
+    missing = keyed.client.post("/translate", json=body)
+    assert missing.status_code == 403
+    assert missing.json() == {"error": "Please contact the server operator to get an API key"}
+    assert keyed.client.post("/translate", json={**body, "api_key": "nope"}).json() == {
+        "error": "Invalid API key"
+    }
+    assert keyed.client.post("/translate", json={**body, "api_key": KEY}).status_code == 200
+    codes = [
+        keyed.client.post("/translate", data={**body, "api_key": LIMITED}).status_code
+        for _ in range(3)
+    ]
+    assert codes == [200, 200, 429]
+    slow = keyed.client.post("/detect", data={"q": "x", "api_key": LIMITED})
+    assert slow.json() == {"error": "Slowdown: 2 per 1 minute"}
+    settings = keyed.client.get("/frontend/settings").json()
+    assert settings["apiKeys"] is True and settings["keyRequired"] is True
+
+
+def test_frontend_settings_and_health_answer_as_libretranslate_does(server):
+    settings = server.client.get("/frontend/settings").json()
+    assert settings["language"] == {
+        "source": {"code": "auto", "name": "Auto Detect"},
+        "target": {"code": "fr", "name": "French"},
+    }
+    assert settings["keyRequired"] is False and settings["charLimit"] > 0
+    assert server.client.get("/health").json() == {"status": "ok"}
+
+
+def test_the_native_route_is_unchanged_beside_libretranslates(server):
+    native = server.client.post("/translate", json={"text": "I have three cats."})
+    assert native.status_code == 200 and set(native.json()) == {"translation", "score"}
+    refused = server.client.post("/translate", json={"texts": "not a list"})
+    assert refused.status_code == 422 and refused.json()["field"] == "texts"
+    texts = server.client.post("/translate", json={"texts": ["q", '"q"']})
+    assert texts.status_code == 200 and len(texts.json()["translations"]) == 2
+
+
+# DeepL
+
+
+def test_the_deepl_client_translates_lists_languages_and_uses_a_glossary(server):
+    import deepl
+
+    client = deepl.Translator("any-key", server_url=server.url)
+    one = client.translate_text("I have three cats.", target_lang="FR")
+    assert one.text and one.detected_source_lang == "EN"
+    both = client.translate_text(
+        ["It is five.", "I have two cats."], source_lang="EN", target_lang="FR"
+    )
+    assert len(both) == 2 and all(r.text for r in both)
+    assert [(lang.code, lang.name) for lang in client.get_source_languages()] == [("EN", "English")]
+    assert [lang.code for lang in client.get_target_languages()] == ["FR"]
+    glossary = client.create_glossary("pets", "EN", "FR", {"cats": "chats"})
+    assert glossary.entry_count == 1 and glossary.ready
+    assert client.get_glossary_entries(glossary) == {"cats": "chats"}
+    assert [g.glossary_id for g in client.list_glossaries()] == [glossary.glossary_id]
+    kept = client.translate_text(
+        "I have three cats.", source_lang="EN", target_lang="FR", glossary=glossary
+    )
+    assert "chats" in kept.text
+    tagged = client.translate_text(
+        "<p>I have <b>three</b> cats.</p>", target_lang="FR", tag_handling="html"
+    )
+    assert tagged.text.startswith("<p>") and "<b>" in tagged.text
+    client.delete_glossary(glossary)
+    with pytest.raises(deepl.GlossaryNotFoundException):
+        client.get_glossary(glossary.glossary_id)
+
+
+def test_deepl_form_posts_with_repeated_text_are_read_as_a_list(server):
+    answer = server.client.post(
+        "/v2/translate",
+        content=b"text=It+is+five.&text=I+have+two+cats.&target_lang=FR&split_sentences=0",
+        headers={
+            "content-type": "application/x-www-form-urlencoded",
+            "authorization": "DeepL-Auth-Key k",
+        },
+    )
+    assert answer.status_code == 200, answer.text
+    translations = answer.json()["translations"]
+    assert len(translations) == 2 and translations[0]["detected_source_language"] == "EN"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "message"),
+    [
+        ({"target_lang": "FR"}, 400, "Parameter 'text' not specified."),
+        ({"text": ["x"]}, 400, "Value for 'target_lang' not supported."),
+        ({"text": ["x"], "target_lang": "DE"}, 400, "Value for 'target_lang' not supported."),
+        (
+            {"text": ["x"], "target_lang": "FR", "source_lang": "JA"},
+            400,
+            "Value for 'source_lang' not supported.",
+        ),
+        (
+            {"text": ["x"], "target_lang": "FR", "tag_handling": "pdf"},
+            400,
+            "Value for 'tag_handling' not supported.",
+        ),
+        (
+            {"text": ["x"], "target_lang": "FR", "source_lang": "EN", "glossary_id": "nope"},
+            404,
+            "Glossary not found.",
+        ),
+        (
+            {"text": ["x"], "target_lang": "FR", "glossary_id": "nope"},
+            400,
+            "Use of a glossary requires",
+        ),
+    ],
+)
+def test_bad_deepl_requests_get_its_message_shape_and_code(server, body, status, message):
+    answer = server.client.post("/v2/translate", json=body)
+    assert answer.status_code == status, answer.text
+    assert answer.json()["message"].startswith(message)
+
+
+def test_a_deepl_body_over_128_kib_is_a_413_and_bad_glossary_rows_a_400(server):
+    big = server.client.post("/v2/translate", json={"text": ["a " * 70_000], "target_lang": "FR"})
+    assert big.status_code == 413 and "message" in big.json()
+    bad = server.client.post(
+        "/v2/glossaries",
+        json={
+            "name": "g",
+            "source_lang": "en",
+            "target_lang": "fr",
+            "entries": "a,b,c",
+            "entries_format": "csv",
+        },
+    )
+    assert bad.status_code == 400 and "entries row 1" in bad.json()["message"]
+    csv = server.client.post(
+        "/v2/glossaries",
+        json={
+            "name": "g",
+            "source_lang": "en",
+            "target_lang": "fr",
+            "entries": "cats,chats\n",
+            "entries_format": "csv",
+        },
+    )
+    assert csv.status_code == 201 and csv.json()["entry_count"] == 1
+    server.client.delete(f"/v2/glossaries/{csv.json()['glossary_id']}")
+
+
+def test_the_deepl_routes_need_the_auth_key_header_when_keys_are_set(keyed):
+    import deepl
+
+    with pytest.raises(deepl.AuthorizationException):
+        deepl.Translator("wrong", server_url=keyed.url).translate_text("x", target_lang="FR")
+    good = deepl.Translator(KEY, server_url=keyed.url).translate_text(
+        "It is five.", target_lang="FR"
+    )
+    assert good.text
+
+
+# The page
+
+
+def test_the_page_has_a_text_box_language_pickers_a_glossary_and_per_sentence_confidence(server):
+    page = server.client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    html = page.text
+    for part in (
+        '<textarea id="text"',
+        '<select id="source"',
+        '<select id="target"',
+        '<button id="translate"',
+        '<textarea id="glossary"',
+        "Confidence",
+    ):
+        assert part in html
+    assert 'fetch("languages")' in html and 'fetch("translate"' in html
