@@ -15,14 +15,15 @@ from seq2seq.decode.search import decode
 from seq2seq.decode.shortlist import (
     FILE_NAME,
     Shortlist,
+    build_run_shortlist,
     build_shortlist,
     load_shortlist,
     save_shortlist,
 )
-from seq2seq.decode.translator import load_translator
+from seq2seq.decode.translator import flatten, load_translator
 from seq2seq.errors import UserError
 from seq2seq.model.quantize import quantize_int8
-from tests.factories import tiny_model, tiny_shape, untrained_run
+from tests.factories import tiny_model, tiny_shape, untrained_pairs_run, untrained_run
 from tests.runs import cli, write_parallel
 
 VOCAB = 40
@@ -203,3 +204,17 @@ def test_an_int8_output_layer_decodes_over_rows_as_over_the_whole_vocabulary():
     whole = decode(model, src, options)
     listed = decode(model, src, options, rows=torch.arange(VOCAB))
     assert [h[0].tokens for h in listed] == [h[0].tokens for h in whole]
+
+
+def test_a_many_language_runs_forced_language_tags_stay_reachable(tmp_path, demo_pairs):
+    run = untrained_pairs_run(tmp_path, demo_pairs, "forced_first")
+    src, tgt = write_parallel(tmp_path, "corpus", demo_pairs[:300])
+    build_run_shortlist(run, src, tgt, k=3, frequent=3)
+    options = DecodeConfig(beam_size=2, max_len_a=0.0, max_len_b=6)
+    translator, _ = load_translator(run, device="cpu", decode=options, shortlist=True)
+    assert {4, 5} <= set(translator.shortlist.always.tolist())  # >>en<< and >>fr<<
+    for src_lang, tgt_lang, tag in (("en", "fr", 5), ("fr", "en", 4)):
+        sources = translator.prepare(["le chat"], src_lang=src_lang, tgt_lang=tgt_lang)
+        ids, owner, terms, firsts = flatten(sources)
+        (hyps,) = translator.search(ids, owner, terms, firsts)
+        assert hyps[0].tokens[0] == tag
