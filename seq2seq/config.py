@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -391,6 +392,29 @@ class TrainConfig(_Strict):
         return self
 
 
+# `none`, `topk:K`, `temperature:T` or `nucleus:P`; DecodeConfig checks the ranges.
+SAMPLING = re.compile(r"^(none|topk:(\d+)|temperature:(\d*\.?\d+)|nucleus:(\d*\.?\d+))$")
+
+
+def parse_sampling(text: str) -> tuple[str, float] | None:
+    """(`topk` | `temperature` | `nucleus`, its value) of a sampling setting; None for `none`.
+    A malformed or out-of-range one is a ValueError saying what is allowed."""
+    found = SAMPLING.match(text.strip())
+    if found is None:
+        raise ValueError(f"sampling must be none, topk:K, temperature:T or nucleus:P, not {text!r}")
+    if found.group(1) == "none":
+        return None
+    kind, value = found.group(1).split(":")
+    number = float(value)
+    if kind == "topk" and number < 1:
+        raise ValueError("topk:K needs K ≥ 1")
+    if kind == "temperature" and number <= 0:
+        raise ValueError("temperature:T needs T > 0")
+    if kind == "nucleus" and not 0 < number <= 1:
+        raise ValueError("nucleus:P needs 0 < P ≤ 1")
+    return kind, number
+
+
 class DecodeConfig(_Strict):
     """Decoding settings of `evaluate` and `translate` (validation during training is greedy)."""
 
@@ -427,10 +451,23 @@ class DecodeConfig(_Strict):
         "dynamic int8 activations, on CPU only; embeddings stay float32.",
     )
 
+    sampling: str = Field(
+        "none",
+        description="Sample each next token instead of searching (back-translation: Edunov et "
+        "al. 2018): `none`, `topk:K` (among the K most probable), `temperature:T` (the whole "
+        "distribution, logits ÷ T) or `nucleus:P` (the fewest most probable tokens holding "
+        "probability P); needs beam_size 1.",
+    )
+    seed: int = Field(
+        0, description="Seed of `sampling`: the same input, settings and seed, the same output."
+    )
+
     @model_validator(mode="after")
     def _nbest_fits_beam(self) -> DecodeConfig:
         if self.nbest > self.beam_size:
             raise ValueError(f"nbest ({self.nbest}) must not exceed beam_size ({self.beam_size})")
+        if parse_sampling(self.sampling) is not None and self.beam_size != 1:
+            raise ValueError(f"sampling ({self.sampling}) needs beam_size 1, not {self.beam_size}")
         return self
 
 

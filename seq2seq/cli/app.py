@@ -345,6 +345,16 @@ Tags = Annotated[
 TagFormat = Annotated[
     str, typer.Option(help="Markup of --tags: `html` (void elements such as <br>) or `xml`.")
 ]
+Sampling = Annotated[
+    str | None,
+    typer.Option(
+        help="Sample outputs instead of searching (back-translation): topk:K, temperature:T or "
+        "nucleus:P; implies --beam-size 1."
+    ),
+]
+Seed = Annotated[
+    int | None, typer.Option(help="Seed of --sampling: the same seed, the same output.")
+]
 
 
 @app.command()
@@ -375,6 +385,8 @@ def translate(
     word_scores: WordScores = False,
     tags: Tags = False,
     tag_format: TagFormat = "html",
+    sampling: Sampling = None,
+    seed: Seed = None,
 ) -> None:
     """Translate lines from stdin (or --input) to stdout (or --output), one line per line.
 
@@ -386,6 +398,7 @@ def translate(
       seq2seq translate --run runs/nllb --src-lang eng_Latn --tgt-lang fra_Latn < in.en\n
       seq2seq translate --run runs/demo --alignments --scores < in.en\n
       echo 'Click <b>Save</b> now.' | seq2seq translate --run runs/demo --tags
+      seq2seq translate --run runs/fr-en --sampling topk:10 --seed 1 < mono.fr   # BT
     """
     from seq2seq.decode.streams import translate_files
     from seq2seq.decode.translator import load_translator
@@ -394,6 +407,8 @@ def translate(
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if errors not in ("strict", "replace"):
         raise UserError(f"--errors must be strict or replace, not {errors!r}")
+    if sampling is not None and sampling != "none" and beam_size is None:
+        beam_size = 1  # sampling replaces search
     decode = decode_settings(
         run,
         beam_size=beam_size,
@@ -403,6 +418,8 @@ def translate(
         max_tokens=max_tokens,
         split_sentences=split_sentences,
         quantize=quantize,
+        sampling=sampling,
+        seed=seed,
     )
     fields = _output_fields(
         alignments=alignments,

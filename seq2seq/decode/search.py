@@ -1,7 +1,7 @@
 """Decoding with the incremental (KV-cached) decoder, behind one entry, `decode(model, src,
 options)`, that every job (evaluate, translate, serve, validation) calls: greedy search for
-beam 1, else the one beam loop (beam.py) with the strategy a batch needs: plain, or constrained
-by target terms (constrained.py).
+beam 1 (or sampling, sampling.py), else the one beam loop (beam.py) with the strategy a batch
+needs: plain, or constrained by target terms (constrained.py).
 
 Both keep their state on the device and read back one thing per step, which sentences are still
 decoding (to drop the finished ones from the batch), so a GPU waits for the host at most once a
@@ -20,6 +20,7 @@ from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.decode.beam import PlainBeam, beam_loop
 from seq2seq.decode.constrained import ConstrainedBeam, Spellings, Terms
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
+from seq2seq.decode.sampling import Choose, argmax, sampler
 from seq2seq.decode.step import (
     Dropped,
     forced,
@@ -88,7 +89,8 @@ def decode(
     if rows is not None:
         common["rows"] = rows
     if options.beam_size == 1:
-        return [[h] for h in greedy(model, src, src_mask, first=first, **common)]
+        choose = sampler(options.sampling, options.seed, src.device)
+        return [[h] for h in greedy(model, src, src_mask, first=first, choose=choose, **common)]
     return beam_search(
         model, src, src_mask, beam=options.beam_size, nbest=options.nbest, first=first, **common
     )
@@ -191,9 +193,11 @@ def greedy(
     dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
+    choose: Choose = argmax,
 ) -> list[Hypothesis]:
-    """The most probable next token at every step, one hypothesis per sentence (`rows`: the
-    sorted target ids a shortlist scores, EOS and the `first` tokens among them)."""
+    """The most probable next token at every step (or the one `choose` samples), one hypothesis
+    per sentence (`rows`: the sorted target ids a shortlist scores, EOS and the `first` tokens
+    among them)."""
     eos, device = special.eos, src.device
     cache, limits = start(model, src, src_mask, max_len_a, max_len_b)
     n, steps = src.size(0), int(limits.max())
@@ -210,7 +214,7 @@ def greedy(
         if t == 0 and first is not None:
             logits, norm = forced(logits, positions(rows, first.to(device)))
         # A sentence at its length cap may only end.
-        column = torch.where(t + 1 >= limits[alive], eos_column, logits.argmax(dim=-1))
+        column = torch.where(t + 1 >= limits[alive], eos_column, choose(logits))
         next_ids = column if rows is None else rows[column]
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, column.unsqueeze(1)).squeeze(1) - norm
