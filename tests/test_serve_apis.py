@@ -11,6 +11,8 @@ import time
 
 import httpx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from seq2seq.decode.translator import load_translator
 from seq2seq.serve import langs
@@ -356,6 +358,72 @@ def test_the_deepl_routes_need_the_auth_key_header_when_keys_are_set(keyed):
         "It is five.", target_lang="FR"
     )
     assert good.text
+
+
+# Bad input, whatever it is
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=2)
+    ),
+    max_leaves=6,
+)
+# `q` in every body: one without LibreTranslate's own keys is the native route's.
+LT_FIELDS = ["q", "source", "target", "format", "alternatives", "api_key", "glossary"]
+DEEPL_FIELDS = [
+    "text",
+    "source_lang",
+    "target_lang",
+    "tag_handling",
+    "split_sentences",
+    "glossary_id",
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.fixed_dictionaries({"q": JSON}, optional=dict.fromkeys(LT_FIELDS[1:], JSON)))
+def test_any_libretranslate_body_is_answered_in_its_shape_never_a_500(server, body):
+    answer = server.client.post("/translate", json=body)
+    assert answer.status_code in (200, 400), answer.text
+    assert (
+        "translatedText" in answer.json()
+        if answer.status_code == 200
+        else list(answer.json()) == ["error"]
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(body=st.dictionaries(st.sampled_from(DEEPL_FIELDS), JSON))
+def test_any_deepl_body_is_answered_in_its_shape_never_a_500(server, body):
+    answer = server.client.post("/v2/translate", json=body)
+    assert answer.status_code in (200, 400, 404), answer.text
+    assert (
+        "translations" in answer.json() if answer.status_code == 200 else "message" in answer.json()
+    )
+
+
+def test_refused_requests_leave_no_client_text_in_the_log(server, caplog):
+    secret = "Secret-Client-Text-4711"
+    with caplog.at_level("DEBUG"):
+        server.client.post("/translate", json={"q": secret, "source": "xx", "target": "fr"})
+        server.client.post("/translate", data={"q": [secret] * 300, "source": "en", "target": "fr"})
+        server.client.post("/v2/translate", json={"text": [secret], "target_lang": "XX"})
+        server.client.post(
+            "/v2/glossaries",
+            json={"name": secret, "source_lang": "en", "target_lang": "fr", "entries": secret},
+        )
+        server.client.post(
+            "/detect",
+            content=secret.encode() + b"\xff",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+    assert secret not in caplog.text
 
 
 # The page
