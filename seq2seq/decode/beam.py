@@ -274,7 +274,9 @@ class PlainBeam:
     def __init__(self, eos: int, rows: torch.Tensor | None = None):
         self.eos, self.rows = eos, rows
         # With a shortlist, logits' columns are its sorted rows: EOS's column is where it sits.
-        self.eos_column = eos if rows is None else int(positions(rows, torch.tensor(eos)))
+        if rows is not None:
+            eos = int(positions(rows, torch.tensor(eos, device=rows.device)))
+        self.eos_column = eos
 
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         return limits
