@@ -18,7 +18,7 @@ from seq2seq.decode.translator import load_translator
 from seq2seq.serve import langs
 from seq2seq.serve.app import ServeConfig, create_app, run_info
 from seq2seq.serve.server import listening_socket
-from tests.factories import untrained_run
+from tests.factories import untrained_pairs_run, untrained_run
 
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
@@ -56,11 +56,13 @@ def run(tmp_path_factory, demo_pairs):
     return untrained_run(tmp_path_factory.mktemp("apis"), demo_pairs[:300])
 
 
-def _start(run, **cfg) -> LoopbackServer:
-    translator, checkpoint = load_translator(run, device="cpu")
+def _start(run, *others, **cfg) -> LoopbackServer:
     config = ServeConfig(**cfg)
-    app = create_app(translator, run_info(run, checkpoint, translator, config), config)
-    return LoopbackServer(app)
+    loaded = []
+    for path in (run, *others):
+        translator, checkpoint = load_translator(path, device="cpu")
+        loaded.append((translator, run_info(path, checkpoint, translator, config)))
+    return LoopbackServer(create_app(*loaded[0], config, extra=loaded[1:]))
 
 
 @pytest.fixture(scope="module")
@@ -424,6 +426,75 @@ def test_refused_requests_leave_no_client_text_in_the_log(server, caplog):
             headers={"content-type": "application/x-www-form-urlencoded"},
         )
     assert secret not in caplog.text
+
+
+# Several models
+
+
+def _sentences(server: LoopbackServer, path: str) -> float:
+    text = server.client.get(path).text
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("seq2seq_sentences_total")
+    )
+
+
+def test_several_models_are_listed_and_each_request_goes_to_the_model_of_its_pair(
+    run, tmp_path_factory, demo_pairs
+):
+    both = untrained_pairs_run(tmp_path_factory.mktemp("both"), demo_pairs, "source_tag")
+    server = _start(run, both)
+    try:
+        models = server.client.get("/models").json()
+        assert [m["pairs"] for m in models] == [[["en", "fr"]], [["en", "fr"], ["fr", "en"]]]
+        assert all(m["memory_mb"] > 0 for m in models)
+        second = models[1]["metrics"]
+        assert second.startswith("/metrics/")
+        assert server.client.get("/languages").json() == [
+            {"code": "en", "name": "English", "targets": ["fr"]},
+            {"code": "fr", "name": "French", "targets": ["en"]},
+        ]
+        lt = server.client.post(
+            "/translate", json={"q": "Il est cinq heures.", "source": "fr", "target": "en"}
+        )
+        assert lt.status_code == 200, lt.text
+        native = server.client.post(
+            "/translate",
+            json={"text": "Il est cinq heures.", "source_lang": "fr", "target_lang": "en"},
+        )
+        assert native.status_code == 200, native.text
+        deepl = server.client.post(
+            "/v2/translate",
+            json={"text": ["Il est cinq heures."], "source_lang": "FR", "target_lang": "EN-GB"},
+        )
+        assert deepl.status_code == 200, deepl.text
+        assert _sentences(server, second) == 3 and _sentences(server, "/metrics") == 0
+        plain = server.client.post("/translate", json={"text": "It is five."})
+        assert plain.status_code == 200 and _sentences(server, "/metrics") == 1
+        assert server.client.get("/metrics/nope").status_code == 404
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_serve_takes_run_more_than_once_and_says_what_else_it_serves(
+    run, tmp_path_factory, demo_pairs
+):
+    from tests.test_serve import Server  # `seq2seq serve` as a child process
+
+    folder = tmp_path_factory.mktemp("cli-two")
+    both = untrained_pairs_run(folder, demo_pairs, "source_tag")
+    server = Server(run, folder / "serve.log", "--run", str(both), "--threads", "1")
+    try:
+        assert [len(m["pairs"]) for m in server.client.get("/models").json()] == [1, 2]
+        fr_en = server.client.post(
+            "/translate", data={"q": "Il est cinq heures.", "source": "fr", "target": "en"}
+        )
+        assert fr_en.status_code == 200, fr_en.text
+    finally:
+        assert server.stop() == 0
+    assert "also serving run (en→fr" in server.log.read_text()
 
 
 # The page

@@ -545,7 +545,15 @@ Threads = Annotated[
 @user_errors
 def serve(
     ctx: typer.Context,
-    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    run: Annotated[
+        list[Path],
+        typer.Option(
+            "--run",
+            "-r",
+            help="Run directory of a trained model; give it again to serve several models "
+            "(requests go to the one serving their language pair).",
+        ),
+    ],
     host: Host = "127.0.0.1",
     port: Port = 8080,
     checkpoint: Checkpoint = None,
@@ -588,7 +596,8 @@ def serve(
     Examples:\n
       seq2seq serve --run runs/demo --port 8080\n
       curl -s localhost:8080/translate -d '{"text": "I have three cats."}'\n
-      seq2seq serve --run runs/demo --host 0.0.0.0 --beam-size 1 --batch-window-ms 10
+      seq2seq serve --run runs/demo --host 0.0.0.0 --beam-size 1 --batch-window-ms 10\n
+      seq2seq serve --run runs/en-fr --run runs/m2m100   # several models, routed by pair
     """
     from seq2seq.serve import BatchLimits, RequestLimits, ServeConfig
     from seq2seq.serve import serve as run_server
@@ -617,9 +626,9 @@ def serve(
         api_keys=api_keys,
     )
     settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
-    decode = decode_settings(run, batch_size=batch_size, max_tokens=max_tokens, **settings)
+    decode = decode_settings(run[0], batch_size=batch_size, max_tokens=max_tokens, **settings)
     run_server(
-        run,
+        run[0],
         cfg,
         checkpoint=checkpoint,
         device=device,
@@ -628,6 +637,7 @@ def serve(
         quiet=bool(global_options(ctx).get("quiet")),
         glossary=glossary,
         shortlist=use_shortlist,
+        extra_runs=run[1:],
     )
 
 

@@ -190,52 +190,65 @@ def create_app(
     info: dict[str, Any],
     cfg: ServeConfig,
     state: ServerState | None = None,
+    extra: list[tuple[Translator, dict[str, Any]]] = (),
 ):
-    """The ASGI app: /translate, /health, /ready, /metrics, /info (and FastAPI's /docs)."""
+    """The ASGI app: /translate, /health, /ready, /metrics, /info (and FastAPI's /docs), the
+    LibreTranslate and DeepL routes and the page; `extra`: more models (and their /info),
+    each with its own batcher, requests routed to them by their languages."""
     from fastapi import FastAPI  # the optional `serve` extra, as below
 
     from seq2seq.serve.metrics import CountRequests, ServerMetrics  # prometheus_client: same
 
-    refusal = glossary_refusal(translator)
-    if refusal is not None and translator.glossary is not None:
-        raise UserError(f"--glossary: {refusal}")
+    for model, _ in [(translator, info), *extra]:
+        refusal = glossary_refusal(model)
+        if refusal is not None and model.glossary is not None:
+            raise UserError(f"--glossary: {refusal}")
     state = state or ServerState()
     metrics = ServerMetrics()
+    first = Engine(translator, info, cfg.request, state, metrics)
+    others = [Engine(t, i, cfg.request, ServerState(), ServerMetrics()) for t, i in extra]
+    models = Models([first, *others])
     app = FastAPI(
         title="seq2seq",
         version=__version__,
         description=f"Translation server for {info['name']} "
         f"({info['source_language']}→{info['target_language']}).",
-        lifespan=_lifespan(translator, cfg.batch, state, metrics),
+        lifespan=_lifespan(models, cfg.batch, state),
     )
     app.add_middleware(CountRequests, metrics=metrics)
     _add_error_handler(app)
     _add_status_routes(app, info, state, metrics)
-    engine = Engine(translator, info, cfg.request, state, metrics)
+    _add_model_routes(app, models)
     keys = KeyCheck(read_keys(cfg.api_keys) if cfg.api_keys else None)
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
-    libre = add_libretranslate_routes(app, engine, keys)
-    add_deepl_routes(app, engine, keys)
+    libre = add_libretranslate_routes(app, models, keys)
+    add_deepl_routes(app, models, keys)
     add_page_route(app)
-    _add_translate_route(app, translator, cfg.request, state, metrics, libre)
+    _add_translate_route(app, models, cfg.request, libre)
     return app
 
 
-def _lifespan(translator: Translator, limits: BatchLimits, state: ServerState, metrics):
-    """The batcher's life: started with the app, drained and stopped when uvicorn stops."""
+def _lifespan(models: "Models", limits: BatchLimits, state: ServerState):
+    """The batchers' life (one a model): started with the app, drained and stopped when
+    uvicorn stops."""
 
     @asynccontextmanager
     async def lifespan(app):
-        batcher = Batcher(translator_decode(translator), limits, metrics.on_batch).start()
-        metrics.watch(batcher)
-        state.batcher = batcher
+        for engine in models.engines:
+            decode = translator_decode(engine.translator)
+            batcher = Batcher(decode, limits, engine.metrics.on_batch).start()
+            engine.metrics.watch(batcher)
+            engine.state.batcher = batcher
         try:
             yield
         finally:
             # uvicorn comes here after the requests in flight were answered; anything still
             # queued is decoded before the worker ends.
+            for engine in models.engines:
+                engine.state.draining = True
             state.draining = True
-            await asyncio.to_thread(batcher.stop)
+            for engine in models.engines:
+                await asyncio.to_thread(engine.state.batcher.stop)
 
     return lifespan
 
@@ -324,15 +337,13 @@ def request_checker(translator: Translator, limits: RequestLimits):
     return check
 
 
-def _add_translate_route(
-    app, translator: Translator, limits: RequestLimits, state: ServerState, metrics, libre=None
-) -> None:
+def _add_translate_route(app, models: "Models", limits: RequestLimits, libre=None) -> None:
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
     from starlette.requests import ClientDisconnect
 
     schema = TranslateBody.model_json_schema()
-    prepare = request_preparer(translator, limits)
+    prepare = models.native_preparer()
 
     @app.post(
         "/translate",
@@ -348,11 +359,12 @@ def _add_translate_route(
             body = await read_body(request, limits.max_bytes, limits.body_timeout_s)
             if libre is not None and libretranslate_asks(request.headers, body):
                 return await libre(request, body)
-            req, sources = await asyncio.to_thread(prepare, body)
+            engine, req, sources = await asyncio.to_thread(prepare, body)
         except RequestError as e:
             return JSONResponse(e.as_json(), e.status)
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is left to read it
+        state, metrics = engine.state, engine.metrics
         try:
             results = await decoded(request, sources, req.options, state, metrics, limits, start)
         except ClientGone:
@@ -437,6 +449,93 @@ class Engine:
         if updates:
             req = replace(req, options=req.options.model_copy(update=updates))
         return self.check(req)
+
+
+class Models:
+    """The models loaded, each an Engine with its own batcher and metrics. The first answers
+    the native route; a request naming a pair only another serves goes to the first of them
+    that serves it (LibreTranslate's and DeepL's always go by their pair)."""
+
+    def __init__(self, engines: list[Engine]):
+        self.engines = engines
+        self.info, self.limits = engines[0].info, engines[0].limits
+        self.pairs = list(dict.fromkeys(pair for e in engines for pair in e.pairs))
+        names = [e.info["name"] for e in engines]
+        self.names = [n if names.count(n) == 1 else f"{n}-{i + 1}" for i, n in enumerate(names)]
+
+    def route(self, source: str, target: str) -> Engine:
+        """The model serving (source, target): the first that does."""
+        return next(e for e in self.engines if (source, target) in e.pairs)
+
+    def elsewhere(self, source: str | None, target: str | None) -> Engine | None:
+        """The model a native request naming these languages goes to, when the first model
+        does not serve them and another does (None: the first, which may refuse them)."""
+        if len(self.engines) == 1 or not (source or target):
+            return None
+        try:
+            self.engines[0].translator.languages(source, target)
+            return None
+        except UserError:
+            pass
+        for engine in self.engines[1:]:
+            info = engine.info
+            pair = (source or info["source_language"], target or info["target_language"])
+            if pair in engine.pairs:
+                return engine
+        return None
+
+    def native_preparer(self):
+        """What a worker thread makes of a native /translate body: the model it goes to, the
+        request parsed with that model's defaults, and its checked, encoded sources."""
+        first, limits = self.engines[0], self.limits
+
+        def prepare(body: bytes) -> tuple[Engine, TranslateRequest, list[Source]]:
+            req = parse_translate_request(body, limits, first.translator.decode)
+            engine = self.elsewhere(req.source_lang, req.target_lang) or first
+            if engine is not first:  # its own defaults fill what the request leaves out
+                req = parse_translate_request(body, limits, engine.translator.decode)
+            return (engine, *engine.check(req))
+
+        return prepare
+
+    def listing(self) -> list[dict]:
+        """What GET /models answers: each model's name, run, pairs, parameters and memory."""
+        return [
+            {
+                "name": name,
+                "run_dir": e.info["run_dir"],
+                "pairs": [list(pair) for pair in e.pairs],
+                "parameters": e.info["parameters"],
+                "memory_mb": round(model_bytes(e.translator) / 2**20, 1),
+                "metrics": "/metrics" if i == 0 else f"/metrics/{name}",
+            }
+            for i, (name, e) in enumerate(zip(self.names, self.engines))
+        ]
+
+
+def model_bytes(translator: Translator) -> int:
+    """Bytes the model's parameters and buffers take."""
+    tensors = [*translator.model.parameters(), *translator.model.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _add_model_routes(app, models: Models) -> None:
+    from fastapi.responses import JSONResponse, Response
+
+    from seq2seq.serve.metrics import CONTENT_TYPE  # prometheus_client, of the `serve` extra
+
+    @app.get("/models")
+    async def get_models():
+        """The models loaded: name, run, language pairs, parameters, memory, metrics path."""
+        return models.listing()
+
+    @app.get("/metrics/{name}")
+    async def model_metrics(name: str):
+        """Prometheus text of a model after the first (the first's are at /metrics)."""
+        found = [e for n, e in zip(models.names[1:], models.engines[1:]) if n == name]
+        if not found:
+            return JSONResponse({"error": f"no model named {name!r}", "field": None}, 404)
+        return Response(found[0].metrics.render(), media_type=CONTENT_TYPE)
 
 
 async def _outcome(request, future: JobFuture, deadline: float):

@@ -86,24 +86,24 @@ def _choice(fields: dict, name: str, choices: dict, default):
     return choices[given]
 
 
-def _languages(engine, fields: dict) -> tuple[str | None, str]:
+def _languages(models, fields: dict) -> tuple[str | None, str]:
     target = fields.get("target_lang")
     if not target or not isinstance(target, str):
         raise RequestError(400, "target_lang", "Value for 'target_lang' not supported.")
-    tgt = served_code(target, sorted({t for _, t in engine.pairs}))
+    tgt = served_code(target, sorted({t for _, t in models.pairs}))
     if tgt is None:
         raise RequestError(400, "target_lang", "Value for 'target_lang' not supported.")
     source = fields.get("source_lang")
     if source is None or source == "":
         return None, tgt
     src = (
-        served_code(source, sorted({s for s, _ in engine.pairs}))
+        served_code(source, sorted({s for s, _ in models.pairs}))
         if isinstance(source, str)
         else None
     )
     if src is None:
         raise RequestError(400, "source_lang", "Value for 'source_lang' not supported.")
-    if (src, tgt) not in engine.pairs:
+    if (src, tgt) not in models.pairs:
         raise RequestError(400, "target_lang", f"Language pair {src} → {tgt} not supported.")
     return src, tgt
 
@@ -139,19 +139,19 @@ def native_body(engine, store, fields: dict, source: str, target: str, given_sou
     return body, ({} if split else {"split_sentences": False})
 
 
-def add_routes(app, engine, keys: KeyCheck) -> None:
+def add_routes(app, models, keys: KeyCheck) -> None:
     """DeepL's v2 routes."""
     store = GlossaryStore()
-    _add_translate_route(app, engine, keys, store)
-    _add_language_routes(app, engine, keys)
-    _add_glossary_routes(app, engine, keys, store)
+    _add_translate_route(app, models, keys, store)
+    _add_language_routes(app, models, keys)
+    _add_glossary_routes(app, models, keys, store)
 
 
-def _add_translate_route(app, engine, keys: KeyCheck, store: GlossaryStore) -> None:
+def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> None:
     from fastapi import Request
     from fastapi.responses import Response
 
-    limits = engine.limits
+    limits = models.limits
 
     @app.post("/v2/translate")
     async def translate(request: Request):
@@ -160,13 +160,14 @@ def _add_translate_route(app, engine, keys: KeyCheck, store: GlossaryStore) -> N
             body = await read_body(request, min(MAX_BODY, limits.max_bytes), limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
             authorize(keys, request, fields)
-            source, target = _languages(engine, fields)
+            source, target = _languages(models, fields)
             texts = _texts(fields)
             given = source
             if source is None:
-                candidates = sorted({s for s, t in engine.pairs if t == target})
+                candidates = sorted({s for s, t in models.pairs if t == target})
                 found = await asyncio.to_thread(detect, texts, candidates)
                 source = max(found, key=lambda f: f[1])[0]
+            engine = models.route(source, target)
             restated, updates = native_body(engine, store, fields, source, target, given)
             _, results = await engine.translate(request, restated, updates)
         except ClientGone:
@@ -182,14 +183,14 @@ def _add_translate_route(app, engine, keys: KeyCheck, store: GlossaryStore) -> N
         }
 
 
-def _add_language_routes(app, engine, keys: KeyCheck) -> None:
+def _add_language_routes(app, models, keys: KeyCheck) -> None:
     from fastapi import Request
 
     @app.get("/v2/languages")
     async def languages(request: Request, type: str = "source"):  # noqa: A002 (DeepL's name)
         """DeepL: the source (or, with `type=target`, target) languages loaded."""
         try:
-            body = await read_body(request, MAX_BODY, engine.limits.body_timeout_s)
+            body = await read_body(request, MAX_BODY, models.limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
             authorize(keys, request, fields)
             kind = fields.get("type", type)
@@ -198,7 +199,7 @@ def _add_language_routes(app, engine, keys: KeyCheck) -> None:
         except RequestError as e:
             return refusal(e)
         side = 0 if kind == "source" else 1
-        codes = sorted({pair[side] for pair in engine.pairs})
+        codes = sorted({pair[side] for pair in models.pairs})
         extra = {"supports_formality": False} if kind == "target" else {}
         return [{"language": deepl_code(c), "name": language_name(c), **extra} for c in codes]
 
@@ -209,18 +210,19 @@ def _add_language_routes(app, engine, keys: KeyCheck) -> None:
             authorize(keys, request)
         except RequestError as e:
             return refusal(e)
-        pairs = [] if engine.glossary_refusal else engine.pairs
+        pairs = [p for e in models.engines if not e.glossary_refusal for p in e.pairs]
         return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
 
 
-def _new_glossary(engine, store: GlossaryStore, fields: dict):
+def _new_glossary(models, store: GlossaryStore, fields: dict):
     """A glossary from a POST /v2/glossaries body, stored; or a RequestError."""
-    if engine.glossary_refusal:
-        raise RequestError(400, "glossary", engine.glossary_refusal)
     for name in ("name", "source_lang", "target_lang", "entries"):
         if not isinstance(fields.get(name), str) or not fields[name]:
             raise RequestError(400, name, f"Missing or invalid argument: {name}")
-    source, target = _languages(engine, fields)
+    source, target = _languages(models, fields)
+    refusal = models.route(source, target).glossary_refusal
+    if refusal:
+        raise RequestError(400, "glossary", refusal)
     entries = read_entries(fields["entries"], fields.get("entries_format") or "tsv")
     made = store.add(fields["name"], source, target, entries)
     if made is None:
@@ -228,7 +230,7 @@ def _new_glossary(engine, store: GlossaryStore, fields: dict):
     return made
 
 
-def _add_glossary_routes(app, engine, keys: KeyCheck, store: GlossaryStore) -> None:
+def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> None:
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
 
@@ -236,10 +238,10 @@ def _add_glossary_routes(app, engine, keys: KeyCheck, store: GlossaryStore) -> N
     async def create(request: Request):
         """DeepL: a new glossary (entries as TSV or CSV); 201 and its description."""
         try:
-            body = await read_body(request, MAX_BODY, engine.limits.body_timeout_s)
+            body = await read_body(request, MAX_BODY, models.limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
             authorize(keys, request, fields)
-            made = _new_glossary(engine, store, fields)
+            made = _new_glossary(models, store, fields)
         except RequestError as e:
             return refusal(e)
         return JSONResponse(made.info(), 201)

@@ -118,15 +118,15 @@ def _glossary(fields: dict) -> list | None:
     return given  # the native checks refuse what is not a list of pairs
 
 
-def language_pair(engine, source: str, target: str) -> None:
+def language_pair(models, source: str, target: str) -> None:
     """An unknown language, or a pair no loaded model serves, is a 400 naming it."""
-    sources = {s for s, _ in engine.pairs}
-    targets = {t for _, t in engine.pairs}
+    sources = {s for s, _ in models.pairs}
+    targets = {t for _, t in models.pairs}
     if source != "auto" and source not in sources:
         raise RequestError(400, "source", f"{source} is not supported")
     if target not in targets:
         raise RequestError(400, "target", f"{target} is not supported")
-    if source != "auto" and (source, target) not in engine.pairs:
+    if source != "auto" and (source, target) not in models.pairs:
         raise RequestError(400, "target", f"{source} → {target} is not supported")
 
 
@@ -174,26 +174,26 @@ def answer(req, results, single: bool, language: tuple[str, float] | None) -> di
     return out
 
 
-def add_routes(app, engine, keys: KeyCheck):
+def add_routes(app, models, keys: KeyCheck):
     """GET /languages, POST /detect, GET /frontend/settings; returns the handler the native
     POST /translate hands LibreTranslate's bodies to."""
-    _add_info_routes(app, engine, keys)
-    _add_detect_route(app, engine, keys)
-    return translate_handler(engine, keys)
+    _add_info_routes(app, models, keys)
+    _add_detect_route(app, models, keys)
+    return translate_handler(models, keys)
 
 
-def _add_info_routes(app, engine, keys: KeyCheck) -> None:
+def _add_info_routes(app, models, keys: KeyCheck) -> None:
     @app.get("/languages")
     async def languages():
         """LibreTranslate: `[{code, name, targets}]`, the pairs loaded (a body is ignored)."""
-        return language_list(engine.pairs)
+        return language_list(models.pairs)
 
     @app.get("/frontend/settings")
     async def frontend_settings():
         """LibreTranslate's settings for its web page and clients."""
-        target = engine.info["target_language"]
+        target = models.info["target_language"]
         return {
-            "charLimit": engine.limits.max_bytes,
+            "charLimit": models.limits.max_bytes,
             "frontendTimeout": 500,
             "apiKeys": keys.required,
             "keyRequired": keys.required,
@@ -207,11 +207,11 @@ def _add_info_routes(app, engine, keys: KeyCheck) -> None:
         }
 
 
-def _add_detect_route(app, engine, keys: KeyCheck) -> None:
+def _add_detect_route(app, models, keys: KeyCheck) -> None:
     from fastapi import Request  # the optional `serve` extra
 
-    limits = engine.limits
-    sources = sorted({s for s, _ in engine.pairs})
+    limits = models.limits
+    sources = sorted({s for s, _ in models.pairs})
 
     @app.post("/detect")
     async def detect_route(request: Request):
@@ -227,7 +227,7 @@ def _add_detect_route(app, engine, keys: KeyCheck) -> None:
         return [{"confidence": confidence, "language": code}]
 
 
-def translate_handler(engine, keys: KeyCheck):
+def translate_handler(models, keys: KeyCheck):
     """LibreTranslate's POST /translate, given the body the native route has read."""
     from fastapi.responses import JSONResponse, Response  # the optional `serve` extra
 
@@ -237,12 +237,13 @@ def translate_handler(engine, keys: KeyCheck):
             authorize(keys, fields)
             texts, single = _texts(fields)
             source, target = _required(fields, "source"), _required(fields, "target")
-            language_pair(engine, source, target)
+            language_pair(models, source, target)
             language = None
             if source == "auto":
-                candidates = sorted({s for s, t in engine.pairs if t == target})
+                candidates = sorted({s for s, t in models.pairs if t == target})
                 language = await asyncio.to_thread(detected, texts, candidates)
                 source = language[0]
+            engine = models.route(source, target)
             restated = native_body(engine, fields, texts, single, source)
             req, results = await engine.translate(request, restated)
         except ClientGone:

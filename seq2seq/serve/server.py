@@ -89,10 +89,12 @@ def serve(
     quiet: bool = False,
     glossary: Path | None = None,
     shortlist: bool = False,
+    extra_runs: list[Path] = (),
 ) -> None:
     """Load the run's model once and serve it until SIGTERM or Ctrl-C (then drain and exit);
     `glossary`: the term pairs every request is decoded with (a request may add its own);
-    `shortlist`: score only the run's lexical shortlist."""
+    `shortlist`: score only the run's lexical shortlist; `extra_runs`: more models, each with
+    its own decoding settings, requests routed to them by their languages."""
     try:
         import uvicorn  # optional: the `serve` extra
     except ImportError:
@@ -106,12 +108,22 @@ def serve(
             run_dir, checkpoint, device, decode=decode, glossary=terms, shortlist=shortlist
         )
         info = run_info(run_dir, path, translator, cfg)
+        extra = [_load_extra(run, device, terms, shortlist, cfg) for run in extra_runs]
         state = ServerState()
-        app = create_app(translator, info, cfg, state)  # may refuse the glossary: close the port
+        # May refuse the glossary: close the port.
+        app = create_app(translator, info, cfg, state, extra=[(t, i) for t, i, _ in extra])
     except BaseException:
         sock.close()
         raise
     _announce(cfg, info, path, sock)
+    for _, other, other_path in extra:
+        log.info(
+            "also serving %s (%s→%s, %s)",
+            other["name"],
+            other["source_language"],
+            other["target_language"],
+            other_path.name,
+        )
     config = uvicorn.Config(
         app,
         log_level="warning" if quiet else "info",
@@ -133,6 +145,12 @@ def serve(
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
     log.info("stopped")
+
+
+def _load_extra(run_dir: Path, device: str, terms, shortlist: bool, cfg: ServeConfig):
+    """Another run's model, with its own decoding settings: (translator, /info, checkpoint)."""
+    translator, path = load_translator(run_dir, None, device, glossary=terms, shortlist=shortlist)
+    return translator, run_info(run_dir, path, translator, cfg), path
 
 
 def shutdown_timeout(cfg: ServeConfig) -> int:
