@@ -232,6 +232,8 @@ def test_frontend_settings_and_health_answer_as_libretranslate_does(server):
     }
     assert settings["keyRequired"] is False and settings["charLimit"] > 0
     assert server.client.get("/health").json() == {"status": "ok"}
+    metrics = server.client.get("/metrics").text
+    assert 'seq2seq_requests_total{path="/frontend/settings",status="200"}' in metrics
 
 
 def test_the_native_route_is_unchanged_beside_libretranslates(server):

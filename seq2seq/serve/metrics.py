@@ -12,7 +12,11 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 # Request counts are labelled by path; any other path counts as "other", so that clients
 # probing random URLs cannot grow the label set without bound.
-KNOWN_PATHS = ("/translate", "/health", "/ready", "/metrics", "/info", "/docs", "/openapi.json")
+KNOWN_PATHS = (
+    *("/translate", "/health", "/ready", "/metrics", "/info", "/docs", "/openapi.json"),
+    *("/", "/models", "/languages", "/detect", "/frontend/settings"),  # the page, LibreTranslate
+    *("/v2/translate", "/v2/languages", "/v2/glossaries"),  # DeepL
+)
 
 
 class ServerMetrics:
