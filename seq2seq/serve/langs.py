@@ -3,12 +3,9 @@ when a client says `auto` (the data package's offline language identifier)."""
 
 from __future__ import annotations
 
+from seq2seq.data.langid import identify
+from seq2seq.errors import UserError
 from seq2seq.serve.schema import RequestError
-
-try:
-    from seq2seq.data.langid import identify
-except ImportError:  # the data package's offline identifier is not there yet: no `auto`
-    identify = None
 
 # ISO 639-1 names for the codes people serve; any other code is named by itself.
 NAMES = {
@@ -64,12 +61,14 @@ def detect(texts: list[str], candidates: list[str]) -> list[tuple[str, float]]:
     """Each text's language among `candidates` (codes a model reads) and the identifier's
     probability (0–1); a text in none of them gets the first candidate with 0, as
     LibreTranslate answers when no loaded language fits."""
-    if identify is None:
+    try:
+        found_all = identify(texts)
+    except UserError as e:  # the identifier's package or model is missing: the install's fault
         raise RequestError(
-            400, "source", "language detection is not available here: give the source language"
-        )
+            400, "source", f"language detection is not available here ({e}); give the source"
+        ) from None
     out = []
-    for found, probability in identify(texts):
+    for found, probability in found_all:
         code = next((c for c in candidates if _matches(found.lower(), c)), None)
         out.append((code, float(probability)) if code else (candidates[0], 0.0))
     return out
