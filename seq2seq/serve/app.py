@@ -520,7 +520,7 @@ def model_bytes(translator: Translator) -> int:
 
 
 def _add_model_routes(app, models: Models) -> None:
-    from fastapi.responses import JSONResponse, Response
+    from fastapi.responses import JSONResponse, Response  # the optional `serve` extra
 
     from seq2seq.serve.metrics import CONTENT_TYPE  # prometheus_client, of the `serve` extra
 

@@ -148,7 +148,7 @@ def add_routes(app, models, keys: KeyCheck) -> None:
 
 
 def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> None:
-    from fastapi import Request
+    from fastapi import Request  # the optional `serve` extra
     from fastapi.responses import Response
 
     limits = models.limits
@@ -184,7 +184,7 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
 
 
 def _add_language_routes(app, models, keys: KeyCheck) -> None:
-    from fastapi import Request
+    from fastapi import Request  # the optional `serve` extra
 
     @app.get("/v2/languages")
     async def languages(request: Request, type: str = "source"):  # noqa: A002 (DeepL's name)
@@ -231,7 +231,7 @@ def _new_glossary(models, store: GlossaryStore, fields: dict):
 
 
 def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> None:
-    from fastapi import Request
+    from fastapi import Request  # the optional `serve` extra
     from fastapi.responses import JSONResponse, Response
 
     @app.post("/v2/glossaries")
