@@ -77,6 +77,11 @@ def reference() -> str:
             continue
         doc = (nested.__doc__ or "").strip()
         out += ["", f"`{name}:` {doc}", "", *_table(nested, f"{name}.")]
+        for key, inner in nested.model_fields.items():
+            section = _nested_model(inner.annotation)
+            if section not in (None, CorpusConfig):  # a section inside a section
+                doc = " ".join((section.__doc__ or "").split())
+                out += ["", f"`{name}.{key}:` {doc}", "", *_table(section, f"{name}.{key}.")]
     doc = (CorpusConfig.__doc__ or "").strip()
     out += ["", f"A corpus (`data.train`, `data.valid`, `data.test`): {doc}", ""]
     out += _table(CorpusConfig, "")

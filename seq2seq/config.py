@@ -93,6 +93,86 @@ class PairConfig(_Strict):
     valid: CorpusConfig | None = Field(None, description="Validation corpus of this direction.")
 
 
+CLEAN_FILTERS = (
+    "whitespace",
+    "empty",
+    "length",
+    "alpha_ratio",
+    "token_ratio",
+    "numbers",
+    "urls",
+    "langid",
+    "dedup",
+    "dedup_target",
+)
+Share = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class CleanConfig(_Strict):
+    """Rule filters for a noisy corpus (OpusCleaner's defaults) that `seq2seq clean` applies."""
+
+    enabled: bool = Field(
+        False, description="Clean data.train (each pair's, with pairs) before tokenizing."
+    )
+    skip: list[str] = Field(
+        [],
+        description="Filters switched off, of: "
+        + ", ".join(f"`{f}`" for f in CLEAN_FILTERS)
+        + ". `whitespace` normalises (runs of white space as one space, invisible characters "
+        "dropped); `empty`: a side is empty; `length`: the limits below; `alpha_ratio`: too few "
+        "letters; `token_ratio`: word counts too far apart; `numbers`/`urls`: the sides' numbers "
+        "or URLs differ; `langid`: a side is not in its language; `dedup`: a repeated pair; "
+        "`dedup_target`: a target already kept with a better source.",
+    )
+    max_words: PositiveInt = Field(150, description="`length`: most words a side may have.")
+    max_word_length: PositiveInt = Field(
+        150, description="`length`: most characters a word may have."
+    )
+    min_alpha_words: Share = Field(
+        0.4, description="`alpha_ratio`: least share of a side's words that hold a letter."
+    )
+    min_alpha_chars: Share = Field(
+        0.5,
+        description="`alpha_ratio`: least share of a side's non-space characters that are letters.",
+    )
+    min_word_ratio: Annotated[float, Field(gt=0.0)] = Field(
+        0.5, description="`token_ratio`: least source words per target word."
+    )
+    max_word_ratio: Annotated[float, Field(gt=0.0)] = Field(
+        2.0, description="`token_ratio`: most source words per target word."
+    )
+    min_number_overlap: Share = Field(
+        1.0,
+        description="`numbers`: least share of the numbers either side has that both have "
+        "(1: the same numbers).",
+    )
+    langid_min_prob: Share = Field(
+        0.5,
+        description="`langid`: a side goes when its identified language is not its own with at "
+        "least this probability (short lines are often told with little confidence).",
+    )
+    processes: PositiveInt = Field(2, description="Worker processes that filter blocks of pairs.")
+
+    @model_validator(mode="after")
+    def _known_and_ordered(self) -> CleanConfig:
+        unknown = [f for f in self.skip if f not in CLEAN_FILTERS]
+        if unknown:
+            raise ValueError(
+                f"skip: unknown filter {', '.join(map(repr, unknown))}; the filters are "
+                + ", ".join(CLEAN_FILTERS)
+            )
+        if self.min_word_ratio > self.max_word_ratio:
+            raise ValueError(
+                f"min_word_ratio ({self.min_word_ratio}) exceeds max_word_ratio "
+                f"({self.max_word_ratio})"
+            )
+        return self
+
+    def active(self) -> frozenset[str]:
+        """The filters that are on."""
+        return frozenset(CLEAN_FILTERS) - set(self.skip)
+
+
 class DataConfig(_Strict):
     """Where the parallel corpus comes from and how it is filtered."""
 
@@ -116,6 +196,10 @@ class DataConfig(_Strict):
     dedup: bool = Field(
         False,
         description="Drop repeats of a training (source, target) pair, keeping the first.",
+    )
+    clean: CleanConfig = Field(
+        default_factory=CleanConfig,
+        description="Rule filters for a noisy training corpus (off unless `enabled`).",
     )
     num_proc: PositiveInt = Field(1, description="Processes for tokenizing with `datasets.map`.")
     pairs: list[PairConfig] = Field(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from seq2seq.cli import (
+    clean,  # noqa: F401  (registers the clean command)
     distill,  # noqa: F401  (registers the distill command)
     score,  # noqa: F401  (registers the score command)
     shortlist,  # noqa: F401  (registers the shortlist command)

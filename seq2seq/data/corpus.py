@@ -18,6 +18,7 @@ import torch
 from pandas.util import hash_array  # pandas comes with datasets
 
 from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
+from seq2seq.data.clean import clean_dataset
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, word_starts
@@ -581,6 +582,9 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
         )
     directions = _directions(d)
     raws = [load_corpus(x.train, x.src_lang, x.tgt_lang) for x in directions]
+    if d.clean.enabled:  # the rule filters `seq2seq clean` applies, by the same code
+        langs = [(x.src_lang, x.tgt_lang) for x in directions]
+        raws = [clean_dataset(raw, d.clean, pair) for raw, pair in zip(raws, langs)]
     tokenizer = _open_tokenizer(cfg, raws, reuse_tokenizer, may_train)
     log.info(
         "tokenizer: vocabulary %s%s",
