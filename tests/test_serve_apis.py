@@ -6,6 +6,9 @@ the answers they parse, bad input gets each API's own error shape and code, and 
 
 from __future__ import annotations
 
+import json
+import shutil
+import subprocess
 import threading
 import time
 
@@ -527,3 +530,72 @@ def test_the_page_has_a_text_box_language_pickers_a_glossary_and_per_sentence_co
     ):
         assert part in html
     assert 'fetch("languages")' in html and 'fetch("translate"' in html
+
+
+# A stand-in for the browser's DOM: just what the page's script touches. fetch is Node's own,
+# against the server.
+PAGE_HARNESS = """
+const elements = {};
+function el(id) {
+  return elements[id] ??= {
+    id, value: "", textContent: "", hidden: true, disabled: false, className: "",
+    children: [], listeners: {},
+    appendChild(child) { this.children.push(child); this.value ||= child.value; },  // a select's
+    replaceChildren() { this.children = []; this.value = ""; },
+    addEventListener(type, listener) { this.listeners[type] = listener; },
+    querySelector(selector) { return el(this.id + " " + selector); },
+    insertRow() {
+      const row = { cells: [] };
+      row.insertCell = () => { const c = { textContent: "" }; row.cells.push(c); return c; };
+      this.children.push(row);
+      return row;
+    },
+  };
+}
+globalThis.document = { getElementById: el, createElement: () => ({ value: "", textContent: "" }) };
+const base = process.argv[2] + "/";
+const nodeFetch = globalThis.fetch;
+globalThis.fetch = (url, options) => nodeFetch(new URL(url, base), options);
+"""
+
+PAGE_RUN = """
+(async () => {
+  for (let i = 0; i < 500 && !el("target").children.length; i++) {
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  el("text").value = "I have three cats. It is five.";
+  el("glossary").value = "cats = chats";
+  await el("translate").listeners.click();
+  console.log(JSON.stringify({
+    sources: el("source").children.map((o) => o.value),
+    targets: el("target").children.map((o) => o.value),
+    rows: el("result tbody").children.map((r) => r.cells.map((c) => c.textContent)),
+    error: el("error").textContent,
+    shown: !el("result").hidden,
+  }));
+})();
+"""
+
+
+def test_the_pages_script_fills_the_pickers_and_shows_each_sentence_with_its_confidence(
+    server, tmp_path
+):
+    # No headless browser here: the page's own script runs in Node against the server.
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    html = server.client.get("/").text
+    script = html.split("<script>")[1].split("</script>")[0]
+    (tmp_path / "page.js").write_text(PAGE_HARNESS + script + PAGE_RUN)
+    ran = subprocess.run(
+        [node, str(tmp_path / "page.js"), server.url], capture_output=True, text=True, timeout=120
+    )
+    assert ran.returncode == 0, ran.stderr
+    page = json.loads(ran.stdout)
+    assert (page["sources"], page["targets"], page["error"]) == (["en"], ["fr"], "")
+    assert page["shown"] and [row[0] for row in page["rows"]] == [
+        "I have three cats.",
+        "It is five.",
+    ]
+    assert "chats" in page["rows"][0][1] and page["rows"][1][1]
+    assert all(row[2].endswith("%") and 0 <= int(row[2][:-1]) <= 100 for row in page["rows"])

@@ -43,6 +43,7 @@ td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; 
 "use strict";
 const $ = (id) => document.getElementById(id);
 let languages = [];
+let beam = { size: 1, most: 1 };  // the server's default beam and its limit, from /info
 
 function option(select, code, name) {
   const o = document.createElement("option");
@@ -76,7 +77,10 @@ async function translate() {
   if (!texts.length) { $("error").textContent = "Type some text first."; return; }
   const body = { texts: texts, source_lang: $("source").value, target_lang: $("target").value };
   const pairs = glossaryPairs();
-  if (pairs.length) { body.glossary = pairs; }
+  if (pairs.length) {  // a glossary's terms are kept by beam search: at least 2 wide
+    body.glossary = pairs;
+    body.beam_size = Math.min(Math.max(beam.size, 2), beam.most);
+  }
   $("translate").disabled = true;
   try {
     const answer = await fetch("translate", {
@@ -106,6 +110,8 @@ async function translate() {
 
 async function start() {
   languages = await (await fetch("languages")).json();
+  const info = await (await fetch("info")).json();
+  beam = { size: info.decode.beam_size, most: info.limits.max_beam_size };
   for (const l of languages.filter((l) => l.targets.length)) {
     option($("source"), l.code, l.name);
   }
