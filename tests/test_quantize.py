@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import copy
 import struct
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_file
 from torch import nn
+from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
@@ -17,8 +22,11 @@ from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
-from seq2seq.model.quantize import int8_device, quantize_int8, quantized_linears
-from tests.factories import tiny_model
+from seq2seq.model.int8 import Int8Embedding, Int8Output, build_int8, frame_only, int8_state
+from seq2seq.model.quantize import ENGINE, int8_device, quantize_int8, quantized_linears
+from seq2seq.model.transformer import Vocabulary, build_model
+from seq2seq.run.checkpoint import load_weights
+from tests.factories import tiny_model, tiny_shape, untrained_run
 from tests.hf_models import LAYOUTS, SENTENCES, save_marian
 from tests.runs import copy_run, train_from
 
@@ -71,17 +79,17 @@ def test_int8_gives_float32s_translations_for_most_lines_and_one_per_line(traine
 
 
 @pytest.mark.slow
-def test_every_linear_layer_is_int8_the_output_included_and_embeddings_stay_float32(
+def test_every_linear_layer_and_the_embeddings_are_int8_and_the_tied_output_reads_their_rows(
     trained_tiny_run,
 ):
     fp32, int8 = _translators(trained_tiny_run)
     linears = _float_linears(fp32.model)
     assert "output" in linears and any("qkv_proj" in n for n in linears)
-    assert sorted(quantized_linears(int8.model)) == sorted(linears)
+    assert sorted([*quantized_linears(int8.model), "output"]) == sorted(linears)
     assert _float_linears(int8.model) == []
     model = int8.model
-    assert model.src_embed.weight.dtype == model.tgt_embed.weight.dtype == torch.float32
-    assert torch.equal(model.tgt_embed.weight, fp32.model.tgt_embed.weight)
+    assert isinstance(model.tgt_embed, Int8Embedding) and isinstance(model.output, Int8Output)
+    assert model.output.rows()[0] is model.tgt_embed.weight_int8  # the tied rows, not a copy
     # The logits stay close to float32's: int8 rounding, not a different network.
     src = torch.tensor([[5, 6, 7, 8, 2]])
     mask = src != fp32.tokenizer.ids.pad
@@ -118,7 +126,10 @@ def test_an_imported_marian_run_decodes_int8(layout, marian_tokenizer, tmp_path)
     import_hf_marian(str(tmp_path / "hf"), tmp_path / "run")
     fp32, int8 = _translators(tmp_path / "run", beam_size=2)
     linears = _float_linears(fp32.model)
-    assert "output" in linears and sorted(quantized_linears(int8.model)) == sorted(linears)
+    assert "output" in linears
+    assert sorted([*quantized_linears(int8.model), "output"]) == sorted(linears)
+    tied = fp32.model.output.weight is fp32.model.tgt_embed.weight
+    assert int8.model.output.tied == tied and isinstance(int8.model.output, Int8Output)
     assert int8.model.final_logits_bias.dtype == torch.float32
     assert torch.equal(int8.model.final_logits_bias, fp32.model.final_logits_bias)
     out = int8.translate(SENTENCES)
@@ -163,19 +174,102 @@ class _OnCuda(nn.Module):
         yield SimpleNamespace(device=torch.device("cuda"))
 
 
-def test_quantize_int8_makes_every_linear_int8_and_keeps_a_tiny_models_logits_close():
-    model = tiny_model(vocab=50, seed=0).eval()
+def _forward(model: nn.Module) -> torch.Tensor:
     src, tgt_in = torch.tensor([[5, 6, 7, 8, 2], [9, 10, 2, 0, 0]]), torch.tensor([[1, 11, 12]] * 2)
-    masks = padding_mask(src), no_peek_mask(tgt_in)
     with torch.no_grad():
-        expected = model(src, tgt_in, *masks)
-        linears = _float_linears(model)
-        quantize_int8(model)
-        got = model(src, tgt_in, *masks)
-    assert sorted(quantized_linears(model)) == sorted(linears) and "output" in linears
-    assert _float_linears(model) == [] and model.src_embed.weight.dtype == torch.float32
+        return model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in))
+
+
+def test_quantize_int8_makes_every_weight_matrix_int8_and_keeps_a_tiny_models_logits_close():
+    model = tiny_model(vocab=50, seed=0).eval()
+    expected, linears = _forward(model), _float_linears(model)
+    quantize_int8(model)
+    got = _forward(model)
+    assert sorted([*quantized_linears(model), "output"]) == sorted(linears)
+    assert _float_linears(model) == [] and isinstance(model.output, Int8Output)
+    assert model.src_embed is model.tgt_embed and isinstance(model.src_embed, Int8Embedding)
+    assert model.tgt_embed.weight_int8.dtype == torch.int8
+    # No float32 matrix is left: only norms' vectors.
+    floats = [t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()]
+    assert all(t.dim() == 1 for t in floats if t is not model.positions)
     assert (got - expected).abs().max() < 0.05 * expected.abs().max()
     assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.5  # most choices kept
+
+
+def test_int8_linears_compute_what_torchs_per_channel_dynamic_quantization_computes():
+    model = tiny_model(vocab=50, seed=1).eval()
+    theirs = copy.deepcopy(model)
+    torch.backends.quantized.engine = ENGINE
+    with warnings.catch_warnings():  # torch's own deprecation of torch.ao.quantization
+        warnings.simplefilter("ignore")
+        spec = {nn.Linear: per_channel_dynamic_qconfig}
+        quantize_dynamic(theirs, spec, torch.qint8, inplace=True)
+    quantize_int8(model)
+    for name in quantized_linears(model):
+        mine, reference = model.get_submodule(name), theirs.get_submodule(name)
+        x = torch.randn(3, 7, mine.in_features)
+        assert torch.equal(mine(x), reference(x)), name  # same ints, scales and kernel
+    # The tied output's rows are the ints torch gave its output layer, and so are its logits.
+    assert torch.equal(model.output.rows()[0], theirs.output.weight().int_repr())
+    states = torch.randn(3, 7, model.cfg.d_model)
+    assert torch.equal(model.output(states), theirs.output(states))
+
+
+def test_int8_embedding_rows_are_within_half_a_step_of_float32_and_the_padding_row_is_zero():
+    model = tiny_model(vocab=50, seed=2).eval()
+    table = model.src_embed.weight.detach().clone()
+    quantize_int8(model)
+    ids = torch.arange(50)
+    looked_up = model.src_embed(ids)
+    step = table.abs().amax(1) / 127.5
+    assert ((looked_up - table).abs() <= step.unsqueeze(1) / 2 + 1e-7).all()
+    assert looked_up.dtype == torch.float32 and not looked_up[model.pad_id].any()
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_forward_rows_equals_the_full_outputs_columns(tied):
+    model = tiny_model(tiny_shape(tie_embeddings=tied), vocab=50, seed=3).eval()
+    quantize_int8(model)
+    assert model.output.tied == tied
+    states, rows = torch.randn(2, 3, model.cfg.d_model), torch.tensor([0, 2, 3, 17, 49])
+    full = model.output(states)
+    assert full.shape == (2, 3, 50)
+    assert torch.allclose(model.output.forward_rows(states, rows), full[..., rows], atol=1e-5)
+    assert model.output(states[:0]).shape == (0, 3, 50)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_an_int8_model_rebuilds_from_its_int8_tensors_without_float32_weights(tied):
+    cfg = tiny_shape(tie_embeddings=tied)
+    model = quantize_int8(tiny_model(cfg, vocab=50, tgt_vocab=None if tied else 60, seed=4))
+    state = int8_state(model.eval())
+    # Stored once: a shared table under its first name, a tied output not at all.
+    assert "src_embed.weight_int8" in state
+    assert ("tgt_embed.weight_int8" in state) == ("output.weight_int8" in state) == (not tied)
+    matrices = [k for k, v in state.items() if v.dim() == 2]
+    assert matrices and all(state[k].dtype == torch.int8 for k in matrices)
+    vocab = Vocabulary(50, 50, True) if tied else Vocabulary(50, 60, False)
+    with frame_only():
+        frame = build_model(cfg, vocab)
+    assert frame.src_embed.weight.is_meta and not frame.positions.is_meta
+    rebuilt = build_int8(frame, state)
+    assert torch.equal(_forward(rebuilt), _forward(model))
+    with pytest.raises(KeyError):
+        build_int8(_frame(cfg, vocab), {k: v for k, v in state.items() if "ffn.up" not in k})
+    with pytest.raises(ValueError, match="not tensors of this model"):
+        build_int8(_frame(cfg, vocab), {**state, "extra.weight_int8": state[matrices[0]]})
+
+
+def _frame(cfg, vocab):
+    with frame_only():
+        return build_model(cfg, vocab)
+
+
+def test_int8_weights_take_under_a_third_of_float32s_bytes():
+    model = tiny_model(tiny_shape(d_model=64, ffn_dim=256), vocab=400, seed=5)
+    float_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+    state = int8_state(quantize_int8(model))
+    assert sum(t.numel() * t.element_size() for t in state.values()) < float_bytes / 3
 
 
 def test_a_model_on_cuda_is_refused_by_quantize_int8():
@@ -281,3 +375,53 @@ def test_a_run_whose_config_says_int8_still_exports_float32(trained_tiny_run, tm
     assert result.exit_code == 0, result.output
     dtypes = _ct2_dtypes(tmp_path / "ct2" / "model.bin")
     assert {dtype for name, dtype in dtypes.items() if name.endswith("weight")} == {"float32"}
+
+
+@pytest.fixture(scope="module")
+def untrained(tmp_path_factory, demo_pairs) -> Path:
+    return untrained_run(tmp_path_factory.mktemp("untrained"), demo_pairs[:300])
+
+
+def _export_int8(run: Path, out: Path):
+    return CliRunner().invoke(app, ["export", "--run", str(run), "--format", "int8", str(out)])
+
+
+def test_export_int8_writes_a_run_that_decodes_as_quantize_int8_does(
+    untrained, demo_pairs, tmp_path
+):
+    out = tmp_path / "int8"
+    result = _export_int8(untrained, out)
+    assert result.exit_code == 0, result.output
+    assert run_decode(out).quantize == "int8"  # --quantize implied
+    weights = out / "checkpoints" / "best.safetensors"
+    with safe_open(str(weights), framework="pt") as f:
+        assert f.metadata()["quantized"] == "int8" and f.metadata()["step"] == "0"
+    stored = load_file(str(weights))
+    assert {v.dtype for v in stored.values() if v.dim() == 2} == {torch.int8}
+    float_weights = untrained / "checkpoints" / "step_00000000.safetensors"
+    assert weights.stat().st_size < 0.4 * float_weights.stat().st_size
+    lines = [a for a, _ in demo_pairs[SOURCES_FROM : SOURCES_FROM + 8]]
+    expected = _translators(untrained)[1].translate(lines)
+    src = tmp_path / "in.en"
+    src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    result = CliRunner().invoke(app, ["--quiet", "translate", "--run", str(out), "-i", str(src)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines() == expected
+    again = _export_int8(untrained, out)
+    assert again.exit_code == 1 and "not an empty folder" in again.stderr
+
+
+def test_int8_weights_refuse_float32_decoding_training_and_other_exports(untrained, tmp_path):
+    out = tmp_path / "int8"
+    assert _export_int8(untrained, out).exit_code == 0
+    result = CliRunner().invoke(
+        app, ["translate", "--run", str(out), "--quantize", "none"], input="a\n"
+    )
+    assert result.exit_code == 1 and result.stderr.count("\n") == 1
+    assert "holds int8 weights" in result.stderr and "--quantize int8" in result.stderr
+    result = CliRunner().invoke(
+        app, ["export", "--run", str(out), "--format", "hf-marian", str(tmp_path / "hf")]
+    )
+    assert result.exit_code == 1 and "float32 run they came from" in result.stderr
+    with pytest.raises(UserError, match="holds int8 weights"):
+        load_weights(tiny_model(), out / "checkpoints" / "best.safetensors")

@@ -731,7 +731,10 @@ def export(
     format: Annotated[
         str,
         typer.Option(
-            "--format", "-f", help="ctranslate2, hf-marian, or hf (M2M100/NLLB runs as such)."
+            "--format",
+            "-f",
+            help="ctranslate2, hf-marian, hf (M2M100/NLLB runs as such), or int8 (a run "
+            "directory of int8 weights for CPU decoding).",
         ),
     ] = "ctranslate2",
     checkpoint: Checkpoint = None,
@@ -740,13 +743,15 @@ def export(
         typer.Option(help="ctranslate2: store the weights as int8 (or int16, float16, …)."),
     ] = None,
 ) -> None:
-    """Write a trained model for a fast inference runtime (CTranslate2), or as a Hugging Face
-    MarianMTModel folder with its tokenizer (hf-marian).
+    """Write a trained model for a fast inference runtime (CTranslate2), as a Hugging Face
+    MarianMTModel folder with its tokenizer (hf-marian), or as a run directory of int8 weights
+    that translate, evaluate and serve --run decode on CPU (int8).
 
     Examples:\n
       seq2seq export --run runs/demo --format ctranslate2 runs/demo-ct2\n
       seq2seq export --run runs/demo --quantization int8 runs/demo-ct2-int8\n
       seq2seq export --run runs/demo --format hf-marian runs/demo-hf\n
+      seq2seq export --run runs/demo --format int8 runs/demo-int8\n
       python -c "import ctranslate2; t = ctranslate2.Translator('runs/demo-ct2'); ..."
     """
     if quantization is not None and format != "ctranslate2":
@@ -767,8 +772,15 @@ def export(
 
         written = export_hf(run, out, checkpoint)
         print(f"wrote {written} (a Hugging Face model folder with its tokenizer files)")
+    elif format == "int8":
+        from seq2seq.interop.int8_run import export_int8
+
+        written = export_int8(run, out, checkpoint)
+        print(f"wrote {written} (a run directory of int8 weights: --run it to decode on CPU)")
     else:
-        raise UserError(f"unknown export format {format!r}; available: ctranslate2, hf-marian, hf")
+        raise UserError(
+            f"unknown export format {format!r}; available: ctranslate2, hf-marian, hf, int8"
+        )
 
 
 @app.command()

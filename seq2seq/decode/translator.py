@@ -24,7 +24,7 @@ from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.errors import UserError
-from seq2seq.model.quantize import int8_device, quantize_int8
+from seq2seq.model.quantize import int8_device
 from seq2seq.model.transformer import Transformer
 from seq2seq.run.rundir import load_run
 from seq2seq.runtime import autocast_dtype, resolve_device
@@ -489,9 +489,8 @@ def load_translator(
     decode = decode or load_run_config(run_dir).decode
     int8 = (quantize or decode.quantize) == "int8"
     dev = resolve_device(int8_device(device) if int8 else device)
-    run = load_run(run_dir, checkpoint, dev)
-    if int8:  # once, at load: decoding then runs the int8 model like any other
-        quantize_int8(run.model)
+    # int8 once, at load: decoding then runs the int8 model like any other
+    run = load_run(run_dir, checkpoint, dev, int8=int8)
     data, guided = run.config.data, run.config.train.alignment
     translator = Translator(
         run.model,

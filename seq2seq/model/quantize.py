@@ -1,22 +1,28 @@
-"""int8 decoding on CPU: a loaded model's linear layers with int8 weights, activations quantized
-to int8 on the fly (torch dynamic quantization, x86/fbgemm kernels).
+"""int8 decoding on CPU: a model's weights as int8, activations quantized to int8 on the fly in
+the linear layers (torch dynamic quantization, x86/fbgemm kernels).
 
-Every `nn.Linear` is replaced (attention projections, FFN, the output projection, tied or not);
-embeddings, layer norms, the positional table and `final_logits_bias` stay float32, and so do
-the activations between layers, so the KV cache and the search are unchanged. The model is
-quantized once, in memory, after its float32 weights are loaded: no quantized weights are ever
-written to a run directory (checkpoints stay float32, `train --init-from` reads them as ever).
+Every linear layer is int8 (attention projections, FFN), and so are the embedding tables (int8
+rows, one scale per row) and the output projection, which for tied embeddings reads the target
+table's int8 rows (`model/int8.py` says what each keeps and why, with the measurements). Layer
+norms, biases, the positional table and `final_logits_bias` stay float32, and so do the
+activations between layers, so the KV cache and the search are unchanged. A float32 run is
+quantized once, in memory, as it loads (its checkpoints stay float32, `train --init-from` reads
+them as ever); `seq2seq export --format int8` writes a run directory of int8 weights that loads
+straight into the int8 model (`build_int8`), no float32 weight ever made.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
-import warnings
 
 import torch
 from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 from seq2seq.errors import UserError
+from seq2seq.model.int8 import convert_embeddings, convert_linears
+from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
@@ -38,32 +44,38 @@ def int8_device(device: str) -> str:
     )
 
 
-def quantize_int8(model: nn.Module) -> nn.Module:
-    """Replace every nn.Linear of `model` (on CPU) by an int8 dynamic one, in place."""
+def quantize_int8(model: Transformer) -> Transformer:
+    """Make `model` (on CPU) int8 in place: every nn.Linear, the embeddings, the output layer."""
     if next(model.parameters()).device.type != "cpu":
         raise UserError("int8 quantization is a CPU path; load the model on CPU")
+    use_int8_engine()
+    convert_embeddings(model)
+    names = convert_linears(model, skip={"output"})
+    left = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if left:  # a Linear subclass would stay float32
+        raise RuntimeError(f"linear layers left in float32 after quantization: {left}")
+    release_freed_memory()
+    log.info("int8: %d linear layers and the embeddings quantized (engine %s)", len(names), ENGINE)
+    return model
+
+
+def use_int8_engine() -> None:
+    """Select the quantized engine the int8 linears run on, or say this torch has none."""
     if ENGINE not in torch.backends.quantized.supported_engines:
         raise UserError(f"this torch build has no {ENGINE} quantized engine for int8 decoding")
     torch.backends.quantized.engine = ENGINE
-    with warnings.catch_warnings():
-        # torch marks torch.ao.quantization deprecated (for torchao); it still works, and a user
-        # of --quantize cannot act on the warning.
-        warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated")
-        warnings.filterwarnings("ignore", "torch.quantize_per_tensor")
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
-        # In place: the float32 linear weights are dropped, not kept beside the int8 copies.
-        spec = {nn.Linear: per_channel_dynamic_qconfig}
-        quantize_dynamic(model, spec, dtype=torch.qint8, inplace=True)
-    left = [name for name, m in model.named_modules() if type(m) is nn.Linear]
-    if left:  # a Linear subclass or a module quantize_dynamic skipped would stay float32
-        raise RuntimeError(f"linear layers left in float32 after quantization: {left}")
-    log.info("int8: %d linear layers quantized (engine %s)", len(quantized_linears(model)), ENGINE)
-    return model
+
+def release_freed_memory() -> None:
+    """Hand the heap pages of freed float32 weights back to the system (glibc keeps them
+    otherwise, and the process stays as large as the float32 model was)."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to trim
+        return
+    libc.malloc_trim(0)
 
 
 def quantized_linears(model: nn.Module) -> list[str]:
     """Names of `model`'s int8 dynamic linear layers."""
-    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
-
     return [name for name, m in model.named_modules() if isinstance(m, DynamicLinear)]

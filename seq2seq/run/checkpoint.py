@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, load_model, save_file, save_model
+from safetensors.torch import load, load_file, load_model, save_file, save_model
 from torch import nn
 
 from seq2seq.errors import UserError
@@ -28,6 +28,7 @@ from seq2seq.files import atomic_write, atomic_write_stream, atomic_write_text
 CHECKPOINT_DIR = "checkpoints"
 BEST = "best"
 IMPORTED_FROM = "imported_from"  # safetensors metadata of imported weights: where they came from
+QUANTIZED = "quantized"  # safetensors metadata of `export --format int8` weights: "int8"
 _STEP = re.compile(r"^step_(\d+)\.safetensors$")
 
 
@@ -168,6 +169,8 @@ def load_weights(model: nn.Module, path: Path) -> None:
         raise UserError(
             f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"
         ) from None
+    if is_int8(path):
+        raise UserError(INT8_ONLY.format(path=path))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     problems = [
         f"{k}: checkpoint has {list(shapes[k])}, model expects {list(expected[k])}"
@@ -186,6 +189,40 @@ def load_weights(model: nn.Module, path: Path) -> None:
         load_model(model, str(path), strict=True, device=str(_device_of(model)))
     except RuntimeError as e:
         raise UserError(f"{path} does not fit this model: {e}") from None
+
+
+INT8_ONLY = (
+    "{path} holds int8 weights (seq2seq export --format int8): they decode on CPU with "
+    "--quantize int8 only; train or export from the float32 run they came from"
+)
+
+
+def is_int8(weights: Path) -> bool:
+    """Whether a weights file holds int8 weights (`export --format int8`), not float ones."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return (f.metadata() or {}).get(QUANTIZED) == "int8"
+    except Exception:  # unreadable: the loader explains it
+        return False
+
+
+def load_int8_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of an int8 weights file (`save_int8`), read into memory: `load_file` would
+    leave them views of the mapped file, whose pages then stay resident beside the packed
+    copies the linears make of them."""
+    try:
+        return load(Path(path).read_bytes())
+    except Exception as e:  # truncated or not safetensors
+        raise UserError(
+            f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"
+        ) from None
+
+
+def save_int8(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """Write int8 weights (marked as such, so float loaders refuse them) atomically."""
+    meta = {**metadata, QUANTIZED: "int8"}
+    with _writing(path, then="try again"):
+        atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
 
 def imported_from(weights: Path) -> str | None:

@@ -23,12 +23,16 @@ from seq2seq.config import (
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, UserError
+from seq2seq.model.int8 import build_int8, frame_only
+from seq2seq.model.quantize import quantize_int8, use_int8_engine
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run.checkpoint import (
     Checkpoint,
     best_or_latest,
     imported_from,
+    is_int8,
     latest_checkpoint,
+    load_int8_tensors,
     load_weights,
     remove_debris,
 )
@@ -243,9 +247,14 @@ class LoadedRun:
 
 
 def load_run(
-    run_dir: Path, checkpoint: Path | None = None, device: torch.device | str = "cpu"
+    run_dir: Path,
+    checkpoint: Path | None = None,
+    device: torch.device | str = "cpu",
+    *,
+    int8: bool = False,
 ) -> LoadedRun:
-    """Open a run directory with its best (else latest) or a given checkpoint, on `device`."""
+    """Open a run directory with its best (else latest) or a given checkpoint, on `device`; with
+    `int8`, as an int8 model on CPU (int8 weights built as they are, float32 ones quantized)."""
     run_dir = Path(run_dir)
     cfg = load_run_config(run_dir)
     tokenizer = load_run_tokenizer(run_dir, cfg.tokenizer)
@@ -254,7 +263,26 @@ def load_run(
     path = Path(checkpoint) if checkpoint else best_or_latest(run_dir)
     if path is None:
         raise UserError(f"{run_dir} has no checkpoint yet; train (or wait for the first save)")
-    model = build_model(cfg.model, tokenizer).to(device)
-    load_weights(model, path)
+    if int8:
+        model = int8_model(cfg, tokenizer, path)
+    else:
+        model = build_model(cfg.model, tokenizer).to(device)
+        load_weights(model, path)
     model.eval()
     return LoadedRun(cfg, tokenizer, model, path)
+
+
+def int8_model(cfg: Config, tokenizer: Tokenizer, weights: Path) -> Transformer:
+    """The int8 model of a weights file: int8 weights straight into int8 modules (no float32
+    weight made: the model's frame is built on the meta device), float32 ones quantized."""
+    use_int8_engine()
+    if not is_int8(weights):
+        model = build_model(cfg.model, tokenizer)
+        load_weights(model, weights)
+        return quantize_int8(model)
+    with frame_only():
+        frame = build_model(cfg.model, tokenizer)
+    try:
+        return build_int8(frame, load_int8_tensors(weights))
+    except (KeyError, ValueError) as e:
+        raise UserError(f"{weights} does not fit this model: {e}") from None

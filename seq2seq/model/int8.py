@@ -1,0 +1,292 @@
+"""int8 modules that hold one int8 copy of each weight, and int8 models built straight from int8
+tensors (an `export --format int8` run) without a float32 weight ever being made.
+
+What each piece keeps, and why (measured on the enfr-small shape, 7.6M parameters, d_model 256,
+a joint 8,000-piece vocabulary, tied embeddings; RSS of a loaded model in a fresh process, as
+`scripts/bench_int8.py` measures it: float32 39.4 MB):
+- A linear layer is torch's dynamic int8 Linear (fbgemm). Its packed parameters hold fbgemm's
+  packed int8 matrix only (`PackedLinearWeight`: the packed B matrix, column offsets and the
+  per-row scales), not the unpacked int8 tensor: built here from a per-row qint8 tensor that is
+  dropped once packed, it is the one copy. It is built exactly as `quantize_dynamic` with the
+  per-channel qconfig builds it (same observer, same rounding), so these layers compute what
+  `--quantize int8` computed before, bit for bit.
+- `quantize_dynamic` left each replaced float32 Linear in a reference cycle (its qconfig's
+  closures), so their weights went back only at the next garbage collection: the int8 model
+  measured 52.5 MB, 1.34× float32, mostly float32 weights waiting for `gc`. Modules built here
+  are plain, and replaced ones are freed at once.
+- Embedding tables are int8 rows with one float32 scale per row (the same symmetric per-row
+  rounding as the linears), dequantized row by row on lookup.
+- The output projection (`Int8Output`) multiplies on fbgemm's packed copy of its rows, as the
+  linears do, so its logits are today's int8 logits bit for bit. A tied one keeps the target
+  table's int8 rows as its rows (for a shortlist's subset) beside that packed copy: fbgemm's
+  packed layout cannot be gathered row by row for the embedding lookup, and the kernels that
+  read plain int8 rows are slower. torch's weight-only `_weight_int8pack_mm` took 8.7 ms for
+  one row × 256 → 8,000 (fbgemm 0.65 ms) and 387 ms for 128 rows (fbgemm 7.4 ms).
+- Loading an int8 run builds the model's frame with its parameters on the meta device
+  (`frame_only`) and reads the weights file into memory, not as views of the mapped file (whose
+  pages would stay resident beside the packed copies).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+import torch
+from torch import nn
+from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+from torch.ao.quantization import PerChannelMinMaxObserver
+from torch.overrides import TorchFunctionMode
+
+from seq2seq.model.transformer import Transformer
+
+ROWS, SCALE = "weight_int8", "weight_scale"  # an int8 matrix's tensors in a state dict
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """torch marks its quantized tensors and torch.ao.quantization deprecated (for torchao);
+    they still work, and a user decoding int8 cannot act on the warnings."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.ao.quantization is deprecated")
+        warnings.filterwarnings("ignore", "torch.quantize_per_tensor")
+        yield
+
+
+class _Frame(TorchFunctionMode):
+    """Parameters (`torch.empty`, as nn.Linear, nn.Embedding and nn.LayerNorm make them) on the
+    meta device, their random initialisation skipped; everything else (the positional table) made
+    as usual. Not `with torch.device("meta")`: torch has no C++ meta kernel for `normal_`,
+    `arange` or the table's arithmetic, and its Python ones import 800 modules, 68 MB of the
+    process, more than the int8 model itself."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.empty:
+            return func(*args, **{**kwargs, "device": "meta"})
+        if getattr(func, "__name__", None) in ("normal_", "uniform_", "trunc_normal_"):
+            return args[0] if args else kwargs["tensor"]  # nn.init passes it by name
+        return func(*args, **kwargs)
+
+
+@contextmanager
+def frame_only() -> Iterator[None]:
+    """Models built inside are frames for `build_int8`: parameters on the meta device, unset."""
+    with _Frame():
+        yield
+
+
+def quantize_rows(weight: torch.Tensor) -> torch.Tensor:
+    """A float [rows, cols] matrix as qint8 with one symmetric scale per row (absmax / 127.5,
+    round to nearest), as torch's per-channel dynamic qconfig quantizes a linear's weight."""
+    observer = PerChannelMinMaxObserver(
+        ch_axis=0, dtype=torch.qint8, qscheme=torch.per_channel_symmetric
+    )
+    observer(weight.detach())
+    scale, zero = observer.calculate_qparams()
+    # Scales in float64 as torch's _quantize_weight passes them: same rounding, same ints.
+    with _quiet():
+        return torch.quantize_per_channel(
+            weight.detach().float(), scale.double(), zero.long(), 0, torch.qint8
+        )
+
+
+def int8_rows(qweight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The int8 values and float32 per-row scales of a per-row qint8 matrix."""
+    return qweight.int_repr(), qweight.q_per_channel_scales().float()
+
+
+def qint8_matrix(rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """A per-row qint8 tensor from int8 values and their scales (the inverse of `int8_rows`)."""
+    zero = torch.zeros(rows.size(0), dtype=torch.long)
+    with _quiet():
+        return torch._make_per_channel_quantized_tensor(rows, scale.double(), zero, 0)
+
+
+def int8_linear(qweight: torch.Tensor, bias: torch.Tensor | None) -> DynamicLinear:
+    """A dynamic int8 Linear (fbgemm, int8 activations per batch) holding only its packed weight."""
+    out_features, in_features = qweight.shape
+    with _quiet():
+        linear = DynamicLinear(in_features, out_features, bias_=bias is not None)
+        linear.set_weight_bias(qweight, None if bias is None else bias.detach().float())
+    return linear
+
+
+class Int8Embedding(nn.Module):
+    """An embedding table as int8 rows with one float32 scale each; lookups come out float32."""
+
+    def __init__(self, rows: torch.Tensor, scale: torch.Tensor, padding_idx: int | None = None):
+        super().__init__()
+        self.register_buffer(ROWS, rows)
+        self.register_buffer(SCALE, scale)
+        self.num_embeddings, self.embedding_dim = rows.shape
+        self.padding_idx = padding_idx
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.weight_int8[ids].float() * self.weight_scale[ids].unsqueeze(-1)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, int8 rows"
+
+
+class Int8Output(nn.Module):
+    """The pre-softmax projection on int8 rows [V, d] with per-row scales: forward(x) = x · Wᵀ,
+    forward_rows(x, rows) = forward(x)[..., rows] computed on those rows only.
+
+    The product runs on fbgemm's packed copy of the rows (a dynamic int8 Linear, as every other
+    layer). Tied, the rows themselves are the target embedding's tensors (not buffers here, so
+    stored once); untied, only the packed copy is kept and the rows are unpacked when asked for.
+    """
+
+    def __init__(self, rows: torch.Tensor, scale: torch.Tensor, *, tied: bool):
+        super().__init__()
+        self.tied = tied
+        self._packed = _pack(rows, scale)  # a ScriptObject: no module, no state_dict entry
+        self._tied_rows = (rows, scale) if tied else None
+        self.out_features, self.in_features = rows.shape
+        self._subset: tuple[torch.Tensor, torch.ScriptObject] | None = None
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The int8 rows [V, d] and their float32 scales [V]."""
+        if self._tied_rows is not None:
+            return self._tied_rows
+        weight, _ = torch.ops.quantized.linear_unpack(self._packed)
+        return int8_rows(weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _packed_product(x, self._packed)
+
+    def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """forward(x)[..., rows], on a packed copy of those rows only (kept while `rows` is the
+        same tensor: a shortlisted batch asks with one `rows` every step)."""
+        if self._subset is None or self._subset[0] is not rows:
+            self._subset = None  # the last batch's copy goes before this one is made
+            ints, scale = self.rows()
+            self._subset = (rows, _pack(ints[rows], scale[rows]))
+        return _packed_product(x, self._subset[1])
+
+    def extra_repr(self) -> str:
+        tied = ", tied to the target embedding" if self.tied else ""
+        return f"in_features={self.in_features}, out_features={self.out_features}, int8{tied}"
+
+
+def _pack(rows: torch.Tensor, scale: torch.Tensor) -> torch.ScriptObject:
+    return torch.ops.quantized.linear_prepack(qint8_matrix(rows, scale), None)
+
+
+def _packed_product(x: torch.Tensor, packed: torch.ScriptObject) -> torch.Tensor:
+    """x · Wᵀ as a dynamic int8 Linear computes it (7-bit activations, one scale per batch)."""
+    return torch.ops.quantized.linear_dynamic(x, packed, reduce_range=True).to(x.dtype)
+
+
+def convert_linears(model: nn.Module, skip: set[str]) -> list[str]:
+    """Replace every nn.Linear of `model` (names in `skip` aside) by an int8 one, in place."""
+    names = [n for n, m in model.named_modules() if type(m) is nn.Linear and n not in skip]
+    for name in names:
+        float_linear = model.get_submodule(name)
+        _replace(model, name, int8_linear(quantize_rows(float_linear.weight), float_linear.bias))
+    return names
+
+
+def convert_embeddings(model: Transformer) -> None:
+    """int8 source and target tables and output projection (tied or shared ones converted once)."""
+    tied = model.output.weight is model.tgt_embed.weight
+    tables: dict[int, Int8Embedding] = {}
+    for name in ("src_embed", "tgt_embed"):
+        table = getattr(model, name)
+        if id(table) not in tables:
+            rows, scale = int8_rows(quantize_rows(table.weight))
+            tables[id(table)] = Int8Embedding(rows, scale, table.padding_idx)
+        setattr(model, name, tables[id(table)])
+    if tied:
+        target = model.tgt_embed
+        model.output = Int8Output(target.weight_int8, target.weight_scale, tied=True)
+    else:
+        model.output = Int8Output(*int8_rows(quantize_rows(model.output.weight)), tied=False)
+
+
+def int8_state(model: Transformer) -> dict[str, torch.Tensor]:
+    """Every tensor an int8 model is rebuilt from, each stored once: int8 rows and their scales,
+    float32 biases, norms and fixed biases (see `build_int8`)."""
+    state: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():  # a shared table comes once, under its first name
+        if isinstance(module, DynamicLinear):
+            weight, bias = module._weight_bias()
+            state[f"{name}.{ROWS}"], state[f"{name}.{SCALE}"] = int8_rows(weight)
+            if bias is not None:
+                state[f"{name}.bias"] = bias
+        elif isinstance(module, Int8Embedding):
+            state[f"{name}.{ROWS}"] = module.weight_int8
+            state[f"{name}.{SCALE}"] = module.weight_scale
+        elif isinstance(module, Int8Output) and not module.tied:
+            state[f"{name}.{ROWS}"], state[f"{name}.{SCALE}"] = module.rows()
+    int8 = tuple(f"{n}." for n, _ in _int8_modules(model))
+    for name, tensor in model.state_dict().items():
+        if not name.startswith(int8) and isinstance(tensor, torch.Tensor):
+            state[name] = tensor
+    return {k: v.contiguous() for k, v in state.items()}
+
+
+def _int8_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    kinds = (DynamicLinear, Int8Embedding, Int8Output)
+    found = model.named_modules(remove_duplicate=False)
+    return [(name, m) for name, m in found if isinstance(m, kinds)]
+
+
+def build_int8(skeleton: Transformer, tensors: Mapping[str, torch.Tensor]) -> Transformer:
+    """An int8 model from `int8_state`'s tensors, on a skeleton built under `frame_only` (no
+    float32 weights allocated); raises KeyError or ValueError when they do not fit it."""
+    model = skeleton
+    linears = [n for n, m in model.named_modules() if type(m) is nn.Linear and n != "output"]
+    taken = {f"{n}.bias" for n in linears}
+    floats = {
+        k: v
+        for k, v in tensors.items()
+        if k not in taken and k.rpartition(".")[2] not in (ROWS, SCALE)
+    }
+    _, unexpected = model.load_state_dict(floats, strict=False, assign=True)
+    if unexpected:
+        raise ValueError(f"not tensors of this model: {', '.join(unexpected[:5])}")
+    for name in linears:
+        qweight = qint8_matrix(tensors[f"{name}.{ROWS}"], tensors[f"{name}.{SCALE}"])
+        _check_shape(name, qweight, model.get_submodule(name).weight)
+        has_bias = model.get_submodule(name).bias is not None
+        _replace(model, name, int8_linear(qweight, tensors[f"{name}.bias"] if has_bias else None))
+    _build_tables(model, tensors)
+    left = [n for n, t in [*model.named_parameters(), *model.named_buffers()] if t.is_meta]
+    if left:
+        raise KeyError(f"missing from the int8 weights: {', '.join(left[:5])}")
+    extra = sorted(set(tensors) - set(int8_state(model)))
+    if extra:
+        raise ValueError(f"not tensors of this model: {', '.join(extra[:5])}")
+    return model.eval()
+
+
+def _build_tables(model: Transformer, tensors: Mapping[str, torch.Tensor]) -> None:
+    tied = model.output.weight is model.tgt_embed.weight
+    shared = model.src_embed is model.tgt_embed
+    for name in ("src_embed",) if shared else ("src_embed", "tgt_embed"):
+        table = getattr(model, name)
+        rows, scale = tensors[f"{name}.{ROWS}"], tensors[f"{name}.{SCALE}"]
+        _check_shape(name, rows, table.weight)
+        setattr(model, name, Int8Embedding(rows, scale, table.padding_idx))
+    if shared:
+        model.tgt_embed = model.src_embed
+    if tied:
+        target = model.tgt_embed
+        model.output = Int8Output(target.weight_int8, target.weight_scale, tied=True)
+    else:
+        rows, scale = tensors[f"output.{ROWS}"], tensors[f"output.{SCALE}"]
+        _check_shape("output", rows, model.output.weight)
+        model.output = Int8Output(rows, scale, tied=False)
+
+
+def _check_shape(name: str, got: torch.Tensor, expected: torch.Tensor) -> None:
+    if tuple(got.shape) != tuple(expected.shape):
+        raise ValueError(f"{name}: int8 weights {list(got.shape)}, model {list(expected.shape)}")
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, leaf = name.rpartition(".")
+    setattr(model.get_submodule(parent) if parent else model, leaf, module)
