@@ -25,6 +25,9 @@ from tests.factories import untrained_pairs_run, untrained_run
 
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
+# Every test starts a server and decodes.
+pytestmark = pytest.mark.slow
+
 KEY, LIMITED = "secret-key", "limited-key"
 
 
@@ -305,6 +308,20 @@ def test_deepl_form_posts_with_repeated_text_are_read_as_a_list(server):
     assert len(translations) == 2 and translations[0]["detected_source_language"] == "EN"
 
 
+def test_mastodons_deepl_form_post_with_html_gets_its_tags_back(server):
+    # Mastodon's TranslationService::DeepL: a form, tag_handling html, the key in the header.
+    answer = server.client.post(
+        "/v2/translate",
+        data={"text": "<p>I have <b>three</b> cats.</p>", "source_lang": "EN"}
+        | {"target_lang": "fr", "tag_handling": "html"},
+        headers={"authorization": "DeepL-Auth-Key k"},
+    )
+    assert answer.status_code == 200, answer.text
+    (translation,) = answer.json()["translations"]
+    assert translation["text"].startswith("<p>") and "<b>" in translation["text"]
+    assert translation["detected_source_language"] == "EN"
+
+
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
@@ -493,7 +510,6 @@ def test_several_models_are_listed_and_each_request_goes_to_the_model_of_its_pai
         server.stop()
 
 
-@pytest.mark.slow
 def test_serve_takes_run_more_than_once_and_says_what_else_it_serves(
     run, tmp_path_factory, demo_pairs
 ):
