@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    model_validator,
+)
 
 from seq2seq.errors import ConfigError, UserError
 from seq2seq.files import atomic_write_text
@@ -84,6 +92,67 @@ class CorpusConfig(_Strict):
         return " + ".join(str(p) for p in self.files().values())
 
 
+Share = Annotated[float, Field(ge=0.0, le=1.0)]  # a probability, both ends allowed
+
+
+class TrainPartConfig(CorpusConfig):
+    """One part of a training set given as weighted parts: a corpus, its weight and its tag."""
+
+    name: str | None = Field(
+        None, description="What stages and logs call the part; default `part1`, `part2`, …"
+    )
+    weight: Annotated[float, Field(ge=0.0)] = Field(
+        1.0,
+        description="How often the part is drawn: a batch comes from part i with probability "
+        "weight_i / Σ weights (per epoch, as many batches as all parts hold).",
+    )
+    tag: Literal["bt"] | None = Field(
+        None,
+        description="`bt`: back-translated; every source starts with the `<BT>` token (one "
+        "piece of the tokenizer), so the model can tell it from genuine text (tagged BT).",
+    )
+
+
+class AugmentConfig(_Strict):
+    """On-the-fly augmentation (OpusTrainer's modifiers): each key the share of training pairs it
+    changes, drawn anew for every batch; all 0 (the default) is off."""
+
+    uppercase: Share = Field(0.0, description="Both sides in upper case (OpusTrainer: 0.07).")
+    titlecase: Share = Field(
+        0.0, description="Both sides in title case, where upper case was not drawn (0.05)."
+    )
+    typos: Share = Field(
+        0.0,
+        description="Typos in a few source words: a swap, deletion, insertion or repeat of "
+        "characters (0.05).",
+    )
+    remove_end_punct: Share = Field(
+        0.0, description="Final punctuation removed from both sides when both end with it (0.2)."
+    )
+    noise: Share = Field(
+        0.0,
+        description="The pair replaced by one random-unicode string on both sides, teaching "
+        "the model to copy what it cannot read (0.0005).",
+    )
+    tags: Share = Field(
+        0.0,
+        description="Inline tags (`<b>…</b>`) around an aligned word pair, placed by the "
+        "corpus's word alignments; without them around both whole sentences (0.005).",
+    )
+
+    def active(self) -> bool:
+        """Whether any modifier is on."""
+        return any(v > 0 for v in self.model_dump().values())
+
+
+# data.train: one corpus, or a list of parts; told apart by shape, so that an error is about
+# the one that was meant, not both. `_format_errors` leaves the <tags> out of where it was.
+TrainData = Annotated[
+    Annotated[CorpusConfig, Tag("<corpus>")] | Annotated[list[TrainPartConfig], Tag("<parts>")],
+    Discriminator(lambda v: "<parts>" if isinstance(v, list) else "<corpus>"),
+]
+
+
 class PairConfig(_Strict):
     """One direction of a model trained for several (`data.pairs`): its languages and corpora."""
 
@@ -101,6 +170,7 @@ CLEAN_FILTERS = (
     "token_ratio",
     "numbers",
     "urls",
+    "copy",
     "langid",
     "dedup",
     "dedup_target",
@@ -121,7 +191,8 @@ class CleanConfig(_Strict):
         + ". `whitespace` normalises (runs of white space as one space, invisible characters "
         "dropped); `empty`: a side is empty; `length`: the limits below; `alpha_ratio`: too few "
         "letters; `token_ratio`: word counts too far apart; `numbers`/`urls`: the sides' numbers "
-        "or URLs differ; `langid`: a side is not in its language; `dedup`: a repeated pair; "
+        "or URLs differ; `copy`: the target is the source (letters compared, case aside); "
+        "`langid`: a side is not in its language; `dedup`: a repeated pair; "
         "`dedup_target`: a target already kept with a better source.",
     )
     max_words: PositiveInt = Field(150, description="`length`: most words a side may have.")
@@ -178,10 +249,11 @@ class DataConfig(_Strict):
 
     src_lang: str = Field("en", description="Source language code (key in hub/JSON records).")
     tgt_lang: str = Field("fr", description="Target language code.")
-    train: CorpusConfig | None = Field(
+    train: TrainData | None = Field(
         None,
         description="Training corpus (trains the tokenizer too); needed to train, not by an "
-        "imported model.",
+        "imported model. Or a list of parts, each a corpus with `weight`, `name` and `tag`, "
+        "mixed by weight.",
     )
     valid: CorpusConfig | None = Field(None, description="Validation corpus: loss and BLEU.")
     test: CorpusConfig | None = Field(None, description="Test corpus for `evaluate --split test`.")
@@ -215,6 +287,37 @@ class DataConfig(_Strict):
         "(its share of sentences)^(1/T); 1 is proportional, 5 the M2M100/NLLB default, "
         "larger is closer to uniform, so a small pair is not drowned.",
     )
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig,
+        description="On-the-fly augmentation of training batches (OpusTrainer's modifiers).",
+    )
+
+    @model_validator(mode="after")
+    def _parts_named_and_weighed(self) -> DataConfig:
+        parts = self.train_parts()
+        for i, part in enumerate(parts, 1):
+            part.name = part.name or f"part{i}"
+            if part.tag == "bt" and part.alignments is not None:
+                raise ValueError(
+                    f"data.train part {part.name!r}: a `bt` part cannot have alignments "
+                    "(the <BT> token would shift its source words)"
+                )
+        names = [p.name for p in parts]
+        if len(set(names)) < len(names):
+            raise ValueError(f"data.train: part names must differ (got {names})")
+        if parts and not sum(p.weight for p in parts) > 0:
+            raise ValueError("data.train: the parts' weights must sum to a positive number")
+        return self
+
+    def train_parts(self) -> list[TrainPartConfig]:
+        """The parts of data.train when given as a list (empty for one corpus)."""
+        return self.train if isinstance(self.train, list) else []
+
+    def train_corpora(self) -> list[CorpusConfig]:
+        """Every corpus data.train names (not data.pairs'): one, its parts, or none."""
+        if self.train is None:
+            return []
+        return self.train_parts() or [self.train]
 
     @model_validator(mode="after")
     def _pairs_or_one_corpus(self) -> DataConfig:
@@ -592,7 +695,7 @@ class Config(_Strict):
     @model_validator(mode="after")
     def _alignment_fits(self) -> Config:
         a, d = self.train.alignment, self.data
-        corpora = [p.train for p in d.pairs] or ([d.train] if d.train is not None else [])
+        corpora = [p.train for p in d.pairs] or d.train_corpora()
         if a is None:
             return self
         if not all(c.alignments is not None for c in corpora):
@@ -663,7 +766,7 @@ def validate_config(data: dict[str, Any], source: str) -> Config:
 def _format_errors(e: ValidationError) -> str:
     lines = []
     for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith("<")) or "(top level)"
         kind = err["type"]
         if kind == "extra_forbidden":
             msg = "unknown key"
@@ -712,6 +815,9 @@ def missing_files(cfg: Config) -> list[str]:
     training corpus itself when none is named: training needs one)."""
     d = cfg.data
     named = {f"data.{split}": getattr(d, split) for split in ("train", "valid", "test")}
+    if d.train_parts():
+        named |= {f"data.train[{i}]": part for i, part in enumerate(d.train_parts())}
+        del named["data.train"]
     for i, pair in enumerate(d.pairs):
         named |= {f"data.pairs[{i}].train": pair.train, f"data.pairs[{i}].valid": pair.valid}
     problems = [] if d.train is not None or d.pairs else ["data.train: required to train"]
@@ -735,7 +841,9 @@ def resolved(cfg: Config) -> Config:
     """A copy whose paths are absolute, so the saved config works from any directory."""
     data = cfg.model_dump()
     data["run_dir"] = cfg.run_dir.resolve()
-    corpora = [data["data"][split] for split in ("train", "valid", "test")]
+    corpora = [data["data"][split] for split in ("valid", "test")]
+    train = data["data"]["train"]
+    corpora += train if isinstance(train, list) else [train]
     corpora += [pair[split] for pair in data["data"]["pairs"] for split in ("train", "valid")]
     for corpus in corpora:
         if corpus is None:

@@ -156,11 +156,13 @@ def epoch_batches(
     epoch: int,
     parts: Sequence[int] = (),
     temperature: float = 1.0,
+    weights: Sequence[float] | None = None,
 ) -> list[np.ndarray]:
     """One epoch's batches: a pure function of (seed, epoch), so a resumed run sees the same.
 
     With several `parts` (rows of one direction each, consecutive), every batch holds one
-    part's pairs and parts are drawn by temperature sampling (`sampling_probabilities`)."""
+    part's pairs and parts are drawn by temperature sampling (`sampling_probabilities`), or
+    in proportion to their `weights` when given."""
     rng = np.random.default_rng([seed, epoch])
     if len([n for n in parts if n]) < 2:
         return token_budget_batches(src_lens, tgt_lens, max_tokens, rng)
@@ -174,9 +176,11 @@ def epoch_batches(
     ]
     # As many batches as the parts hold together; a part drawn more often than it has batches
     # starts a fresh shuffle of them (upsampling), one drawn less leaves some for later epochs.
-    picks = rng.choice(
-        len(parts), size=sum(map(len, per_part)), p=sampling_probabilities(parts, temperature)
-    )
+    p = sampling_probabilities(parts, temperature)
+    if weights is not None:
+        w = np.asarray(weights, dtype=np.float64) * (np.asarray(parts) > 0)  # none from empties
+        p = w / w.sum() if w.sum() > 0 else p
+    picks = rng.choice(len(parts), size=sum(map(len, per_part)), p=p)
     out, used = [], [0] * len(parts)
     for k in picks.tolist():
         if used[k] == len(per_part[k]):

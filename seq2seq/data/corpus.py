@@ -21,6 +21,7 @@ from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from seq2seq.data.clean import clean_dataset
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.multilingual import encode_sources, encode_targets
+from seq2seq.data.parts import tagged, tokenizer_symbols
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, word_starts
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
@@ -356,12 +357,10 @@ def piece_links(
     word with every piece of the target word it aligns to (links past either side's words, as
     another tokenization's may be, are left out). Target pieces count from the first one after
     the decoder's start, so a link's target position is where that piece is predicted."""
-    special = {tok.ids.eos, tok.ids.pad, tok.ids.start, *getattr(tok, "languages", {}).values()}
 
     def pieces_of(ids: list[int], pieces: list[str]) -> dict[int, list[int]]:
-        words = word_starts([p if i not in special else "" for i, p in zip(ids, pieces)], {""})
         by_word: dict[int, list[int]] = {}
-        for at, word in enumerate(words):
+        for at, word in enumerate(piece_words(tok, ids, pieces)):
             if word >= 0:
                 by_word.setdefault(word, []).append(at)
         return by_word
@@ -370,6 +369,12 @@ def piece_links(
     return [
         p for i, j in links for t in tgt_at.get(j, ()) for s in src_at.get(i, ()) for p in (s, t)
     ]
+
+
+def piece_words(tok: Tokenizer, ids: list[int], pieces: list[str]) -> list[int]:
+    """The whitespace word of each piece of a side (-1 for special ones: EOS, language tags)."""
+    special = {tok.ids.eos, tok.ids.pad, tok.ids.start, *getattr(tok, "languages", {}).values()}
+    return word_starts([p if i not in special else "" for i, p in zip(ids, pieces)], {""})
 
 
 def _read_tally(tally_dir: Path) -> tuple[int, ...]:
@@ -530,11 +535,14 @@ def lengths(ds: datasets.Dataset) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclass(frozen=True)
 class Part:
-    """A run of consecutive rows of a tokenized split that share one direction."""
+    """A run of consecutive rows of a tokenized split that share one direction (and, for
+    data.train given as parts, one part: its name and weight)."""
 
     src_lang: str
     tgt_lang: str
     rows: int
+    name: str = ""
+    weight: float | None = None
 
 
 @dataclass
@@ -555,14 +563,27 @@ class _Direction:
     tgt_lang: str
     train: CorpusConfig
     valid: CorpusConfig | None
+    name: str = ""  # a part's (data.train as parts); empty for a direction
+    weight: float | None = None
+    tag: str | None = None
+
+    def label(self, split: str) -> str:
+        return f"{split} {self.name or f'{self.src_lang}-{self.tgt_lang}'}"
 
 
 def _directions(d: DataConfig) -> list[_Direction]:
-    """What a run trains on: each of `data.pairs`, else the one direction of data.train."""
+    """What a run trains on: each of `data.pairs`, else the parts of data.train (the valid set
+    goes with the first), else its one direction."""
     if d.pairs:
         return [_Direction(p.src_lang, p.tgt_lang, p.train, p.valid) for p in d.pairs]
     if d.train is None:
         raise UserError("data.train: required to train")
+    if d.train_parts():
+        valid = [d.valid] + [None] * (len(d.train_parts()) - 1)
+        return [
+            _Direction(d.src_lang, d.tgt_lang, p, v, p.name or "", p.weight, p.tag)
+            for p, v in zip(d.train_parts(), valid)
+        ]
     return [_Direction(d.src_lang, d.tgt_lang, d.train, d.valid)]
 
 
@@ -585,6 +606,7 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
     if d.clean.enabled:  # the rule filters `seq2seq clean` applies, by the same code
         langs = [(x.src_lang, x.tgt_lang) for x in directions]
         raws = [clean_dataset(raw, d.clean, pair) for raw, pair in zip(raws, langs)]
+    raws = [tagged(raw, x.tag) for raw, x in zip(raws, directions)]  # cleaned without the tag
     tokenizer = _open_tokenizer(cfg, raws, reuse_tokenizer, may_train)
     log.info(
         "tokenizer: vocabulary %s%s",
@@ -632,6 +654,7 @@ def _open_tokenizer(
         (t for raw in raws for t in _column(raw, "tgt")),
         run_dir,
         threads=torch.get_num_threads(),
+        symbols=tuple(tokenizer_symbols(cfg.data)),
     )
     return load_run_tokenizer(run_dir, cfg.tokenizer)  # with its language tags, if any
 
@@ -661,15 +684,16 @@ def _tokenize_parts(
             langs=(x.src_lang, x.tgt_lang),
             **filters,
         )
-        name = f"{split} {x.src_lang}-{x.tgt_lang}" if several else split
+        name = x.label(split) if several else split
         log.info("%s: %s", name, report)
         reports[name] = report
         done.append(ds)
-        parts.append(Part(x.src_lang, x.tgt_lang, len(ds)))
+        parts.append(Part(x.src_lang, x.tgt_lang, len(ds), x.name, x.weight))
     if not done:
         return None, []
     if several:
-        reports[split] = _summed([reports[f"{split} {p.src_lang}-{p.tgt_lang}"] for p in parts])
+        labels = [x.label(split) for x, raw in zip(directions, raws) if raw is not None]
+        reports[split] = _summed([reports[label] for label in labels])
     return (done[0] if len(done) == 1 else datasets.concatenate_datasets(done)), parts
 
 

@@ -342,9 +342,11 @@ def train_tokenizer(
     run_dir: Path,
     *,
     threads: int = 1,
+    symbols: tuple[str, ...] = (),
 ) -> Tokenizer:
     """Train SentencePiece on the training texts, save it in the run directory and load it
-    (plain: a run with language tags opens it through layouts.load_run_tokenizer)."""
+    (plain: a run with language tags opens it through layouts.load_run_tokenizer); `symbols`
+    are kept as single pieces (after the language tags, whose ids stay as the config says)."""
     if cfg.layout != "sentencepiece":
         raise UserError(
             f"a tokenizer with layout {cfg.layout!r} is not trained here: import the model "
@@ -353,10 +355,10 @@ def train_tokenizer(
     src_path, tgt_path = model_paths(run_dir, cfg.joint)
     src_path.parent.mkdir(parents=True, exist_ok=True)
     if cfg.joint:
-        _train(cfg, _chain(src_texts, tgt_texts), src_path, threads)
+        _train(cfg, _chain(src_texts, tgt_texts), src_path, threads, symbols)
     else:
-        _train(cfg, iter(src_texts), src_path, threads)
-        _train(cfg, iter(tgt_texts), tgt_path, threads)
+        _train(cfg, iter(src_texts), src_path, threads, symbols)
+        _train(cfg, iter(tgt_texts), tgt_path, threads, symbols)
     return load_tokenizer(run_dir, cfg.joint, SpecialIds.of(cfg))
 
 
@@ -365,7 +367,9 @@ def _chain(a: Iterable[str], b: Iterable[str]) -> Iterator[str]:
     yield from b
 
 
-def _train(cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int) -> None:
+def _train(
+    cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int, symbols: tuple[str, ...]
+) -> None:
     # Train into a temporary prefix and move into place, so a crash never leaves half a model.
     langs = cfg.languages
     with tempfile.TemporaryDirectory(prefix=".spm-train-", dir=out.parent) as tmp:
@@ -388,7 +392,8 @@ def _train(cfg: TokenizerConfig, texts: Iterator[str], out: Path, threads: int) 
                 num_threads=threads,
                 minloglevel=2,
                 # Language tags (data.pairs) are single pieces, with the ids the config gave.
-                user_defined_symbols=[f">>{c}<<" for c in sorted(langs, key=langs.get)],
+                user_defined_symbols=[f">>{c}<<" for c in sorted(langs, key=langs.get)]
+                + list(symbols),
             )
         except RuntimeError as e:
             raise UserError(f"SentencePiece training failed: {e}") from None

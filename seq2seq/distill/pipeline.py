@@ -73,6 +73,8 @@ def read_parts(cfg: Config, mono: tuple[Path, ...]) -> list[Part]:
     d = cfg.data
     if d.train is None:
         raise UserError("the student config names no data.train corpus to distil")
+    if isinstance(d.train, list):
+        raise UserError("distillation reads one data.train corpus, not a list of parts")
     corpus = load_corpus(d.train, d.src_lang, d.tgt_lang)
     parts = [Part("train", d.train.describe(), list(corpus["src"]), list(corpus["tgt"]))]
     for i, path in enumerate(mono, 1):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from seq2seq.data.augment import BatchAugmenter, augmented_loader
 from seq2seq.data.batching import Batch, epoch_batches, loader, update_groups
 from seq2seq.data.corpus import lengths
 from seq2seq.errors import UserError
@@ -20,6 +21,9 @@ class UpdateFeed:
         tc = t.cfg.train
         self.src_lens, self.tgt_lens = lengths(t.data.train)  # tgt_len: target tokens + EOS
         wanted = ["src_ids", "tgt_ids"] + (["align"] if tc.alignment is not None else [])
+        if t.cfg.data.augment.active():  # augmentation edits the text and places tags by links
+            wanted = ["src", "tgt", "src_ids", "tgt_ids"]
+            wanted += ["align"] if "align" in t.data.train.column_names else []
         self.token_ds = t.data.train.select_columns(wanted)
         cuda = t.device.type == "cuda"
         self.workers = tc.num_workers if tc.num_workers is not None else int(cuda)
@@ -46,16 +50,8 @@ class UpdateFeed:
                 rank=info.rank,
                 update_freq=tc.update_freq,
             )
-            mine = [batches[i] for _, indices in groups for i in indices]
-            batch_iter = iter(
-                loader(
-                    self.token_ds,
-                    mine,
-                    workers=self.workers,
-                    pin=self.pin,
-                    ids=self.training.data.tokenizer.ids,
-                )
-            )
+            positions = [i for _, indices in groups for i in indices]
+            batch_iter = iter(self.loader([batches[i] for i in positions], positions, st.epoch))
             first = st.batch_in_epoch
             for end, indices in groups:
                 micro = [next(batch_iter) for _ in indices]
@@ -65,9 +61,38 @@ class UpdateFeed:
             st.epoch += 1
             st.batch_in_epoch = 0
 
-    def epoch_batches(self, epoch: int) -> list:
-        """One epoch's batches, directions mixed as data.pairs and data.temperature say."""
+    def loader(self, batches: list, positions: list[int], epoch: int):
+        """The collated batches (at these `positions` of the epoch's list), augmented when
+        data.augment says so."""
         t = self.training
+        ids = t.data.tokenizer.ids
+        if not t.cfg.data.augment.active():
+            return loader(self.token_ds, batches, workers=self.workers, pin=self.pin, ids=ids)
+        augmenter = BatchAugmenter(
+            t.cfg.data.augment,
+            run_dir=t.cfg.run_dir,
+            tokenizer=t.cfg.tokenizer,
+            max_len=t.cfg.data.max_len,
+            parts=t.data.train_parts,
+            seed=t.cfg.train.seed,
+            epoch=epoch,
+        )
+        return augmented_loader(
+            self.token_ds,
+            batches,
+            positions,
+            augmenter,
+            workers=self.workers,
+            pin=self.pin,
+            ids=ids,
+            with_align=t.cfg.train.alignment is not None,
+        )
+
+    def epoch_batches(self, epoch: int) -> list:
+        """One epoch's batches, directions mixed as data.pairs and data.temperature say (parts
+        of data.train by their weights)."""
+        t = self.training
+        weighted = [p.weight for p in t.data.train_parts if p.weight is not None]
         return epoch_batches(
             self.src_lens,
             self.tgt_lens,
@@ -76,4 +101,5 @@ class UpdateFeed:
             epoch=epoch,
             parts=[p.rows for p in t.data.train_parts],
             temperature=t.cfg.data.temperature,
+            weights=weighted or None,
         )

@@ -1,0 +1,189 @@
+"""On-the-fly augmentation (data.augment): each OpusTrainer modifier does what it says, pairs
+are changed at the configured rates, the changes are a pure function of (seed, epoch, batch),
+and a run resumed in the middle of an epoch is fed exactly the batches an uninterrupted run is."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.config import AugmentConfig, load_config
+from seq2seq.data.augment import (
+    MODIFIERS,
+    augment_pair,
+    batch_rng,
+    noise_line,
+    rates_of,
+    remove_end_punct,
+    tag_words,
+    titlecase,
+    typo,
+    typos,
+    uppercase,
+)
+from seq2seq.data.corpus import prepare_data
+from seq2seq.errors import ConfigError
+from seq2seq.train.distributed import Dist
+from seq2seq.train.feed import UpdateFeed
+from seq2seq.train.state import TrainState
+from tests.runs import write_tiny_config
+
+
+def test_uppercase_and_titlecase_change_both_sides():
+    assert uppercase("the cat sleeps.", "le chat dort.") == ("THE CAT SLEEPS.", "LE CHAT DORT.")
+    assert titlecase("the CAT sleeps.", "le chat dort.") == ("The Cat Sleeps.", "Le Chat Dort.")
+
+
+def test_final_punctuation_goes_only_when_both_sides_end_with_it():
+    assert remove_end_punct("Is it late?", "Est-il tard ?") == ("Is it late", "Est-il tard")
+    assert remove_end_punct('He said "no."', "Il a dit « non ».") == (
+        'He said "no',
+        "Il a dit « non",
+    )
+    assert remove_end_punct("Is it late?", "Est-il tard") == ("Is it late?", "Est-il tard")
+    assert remove_end_punct("?", "?") == ("?", "?")  # nothing would be left
+
+
+def test_a_typo_changes_one_word_by_one_edit_and_typos_keep_the_word_count():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        word = "chocolate"
+        changed = typo(word, rng)
+        assert changed != word and abs(len(changed) - len(word)) <= 1
+    line = "the quick brown fox jumps over the lazy dog again 42"
+    for seed in range(50):
+        out = typos(line, np.random.default_rng(seed))
+        assert out != line and len(out.split()) == len(line.split())
+        assert out.split()[-1] == "42"  # only words with letters get typos
+    assert typos("12 34", np.random.default_rng(0)) == "12 34"
+
+
+def test_typos_touch_the_source_only():
+    rates = np.array([1.0 if m == "typos" else 0.0 for m in MODIFIERS])
+    src, tgt, _ = augment_pair(
+        "a very long sentence", "une phrase", None, rates, batch_rng(1, 0, 0)
+    )
+    assert src != "a very long sentence" and tgt == "une phrase"
+
+
+def test_noise_is_the_same_random_printable_line_on_both_sides():
+    rates = np.array([1.0 if m == "noise" else 0.0 for m in MODIFIERS])
+    src, tgt, links = augment_pair("hello", "bonjour", [(0, 0)], rates, batch_rng(1, 0, 0))
+    assert src == tgt and src != "hello" and links == []
+    for seed in range(100):
+        line = noise_line(np.random.default_rng(seed))
+        assert line.isprintable() and 1 <= len(line.split()) <= 6
+
+
+def test_tags_wrap_an_aligned_word_pair_or_without_alignments_both_sentences():
+    rng = np.random.default_rng(3)
+    src, tgt = tag_words("the red car", "la voiture rouge", [(1, 2)], rng)
+    (name,) = {w[1] for w in src.split() + tgt.split() if w.startswith("<")}
+    assert src == f"the <{name}>red</{name}> car"
+    assert tgt == f"la voiture <{name}>rouge</{name}>"
+    src, tgt = tag_words("the car", "la voiture", None, rng)
+    assert src.startswith("<") and src.endswith(">") and "the car" in src
+    assert tgt[: tgt.index(">") + 1] == src[: src.index(">") + 1]
+    assert tag_words("a b", "c d", [(5, 0)], rng) == ("a b", "c d")  # no link inside the pair
+
+
+def test_case_comes_before_tags_so_tags_stay_lower_case():
+    rates = np.array([1.0 if m in ("uppercase", "tags") else 0.0 for m in MODIFIERS])
+    src, tgt, _ = augment_pair("the car", "la voiture", [(1, 1)], rates, batch_rng(0, 0, 0))
+    assert src.split()[0] == "THE" and src.split()[1][:3] in ("<b>", "<i>", "<u>")
+
+
+@pytest.mark.parametrize("modifier", ["uppercase", "typos", "remove_end_punct", "tags"])
+def test_each_modifier_picks_pairs_at_its_rate(modifier):
+    rates = rates_of(AugmentConfig(**{modifier: 0.3}))
+    rng = np.random.default_rng(7)
+    picked = sum(
+        augment_pair("the cat sleeps .", "le chat dort .", None, rates, rng) is not None
+        for _ in range(4000)
+    )
+    assert abs(picked / 4000 - 0.3) < 0.03
+
+
+def test_all_rates_zero_changes_nothing_and_is_the_default():
+    assert not AugmentConfig().active()
+    rates = rates_of(AugmentConfig())
+    rng = np.random.default_rng(0)
+    assert all(augment_pair("a.", "b.", None, rates, rng) is None for _ in range(500))
+
+
+def test_the_same_seed_epoch_and_batch_give_the_same_changes_and_others_differ():
+    rates = rates_of(AugmentConfig(uppercase=0.3, typos=0.5, tags=0.3, remove_end_punct=0.3))
+
+    def run(seed, epoch, batch):
+        rng = batch_rng(seed, epoch, batch)
+        return [
+            augment_pair(f"sentence number {i} .", "phrase .", None, rates, rng) for i in range(50)
+        ]
+
+    assert run(1, 2, 3) == run(1, 2, 3)
+    assert run(1, 2, 3) != run(1, 2, 4) and run(1, 2, 3) != run(1, 3, 3) != run(2, 2, 3)
+
+
+@pytest.mark.parametrize(
+    "augment, message",
+    [
+        ({"typo": 0.1}, "data.augment.typo: unknown key"),
+        ({"noise": 1.5}, "data.augment.noise: Input should be less than or equal to 1"),
+        ({"uppercase": -0.1}, "data.augment.uppercase: Input should be greater than or equal to 0"),
+    ],
+)
+def test_an_unknown_modifier_or_a_rate_outside_0_1_is_one_config_error(tmp_path, augment, message):
+    config = write_tiny_config(tmp_path, [("a", "b")], data={"augment": augment})
+    with pytest.raises(ConfigError, match=message):
+        load_config(config)
+
+
+def _feed(folder, demo_pairs, augment):
+    config = write_tiny_config(
+        folder,
+        demo_pairs[:200],
+        data={"augment": augment},
+        train={"max_tokens": 300, "max_epochs": 2},
+    )
+    cfg = load_config(config)
+    training = SimpleNamespace(
+        cfg=cfg, data=prepare_data(cfg, False), device=torch.device("cpu"), info=Dist()
+    )
+    return UpdateFeed(training)
+
+
+def _batches(feed, state, n=None):
+    out = []
+    for micro, _ in feed.updates(state):
+        out += [(b.src.tolist(), b.tgt_in.tolist(), b.tgt_out.tolist()) for b in micro]
+        if n is not None and len(out) == n:
+            break
+    return out
+
+
+AUGMENT = {"uppercase": 0.2, "titlecase": 0.2, "typos": 0.3, "remove_end_punct": 0.3,
+           "noise": 0.05, "tags": 0.2}  # fmt: skip
+
+
+def test_a_run_resumed_mid_epoch_gets_the_same_augmented_batches(tmp_path, demo_pairs):
+    feed = _feed(tmp_path, demo_pairs, AUGMENT)
+    whole = _batches(feed, TrainState())
+    per_epoch = len(feed.epoch_batches(0))
+    assert len(whole) == len(feed.epoch_batches(0)) + len(feed.epoch_batches(1))
+    resumed = _batches(feed, TrainState(epoch=1, batch_in_epoch=3))
+    assert resumed == whole[per_epoch + 3 :]
+    assert _batches(feed, TrainState(), n=5) == whole[:5]  # and a fresh start again the same
+
+
+def test_augmentation_changes_the_batches_but_not_their_order(tmp_path, demo_pairs):
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "aug").mkdir()
+    plain = _batches(_feed(tmp_path / "plain", demo_pairs, {}), TrainState())
+    untagged = {**AUGMENT, "tags": 0.0}  # tags would train another tokenizer (with <b> in it)
+    augmented = _batches(_feed(tmp_path / "aug", demo_pairs, untagged), TrainState())
+    assert len(plain) == len(augmented)
+    assert [len(a[0]) for a in augmented] == [len(p[0]) for p in plain]  # same rows a batch
+    assert any(a != p for a, p in zip(augmented, plain))
