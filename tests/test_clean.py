@@ -39,9 +39,13 @@ NOISY = {
         "Read the manual at https://example.org/manual before you start.",
         "Lisez le manuel sur https://example.com/manuel avant de commencer.",
     ),
+    "copy": (
+        "Open the settings dialog and choose a printer.",
+        "open the Settings dialog, and choose a printer!",
+    ),
     "langid": (
         "The file could not be opened because it does not exist.",
-        "The file could not be opened because it does not exist.",
+        "Die Datei konnte nicht geöffnet werden, weil sie nicht existiert.",
     ),
 }
 
@@ -79,6 +83,11 @@ def test_filters_are_tunable():
 def test_numbers_are_compared_whatever_their_grouping():
     assert filters.number_overlap("It costs 1,000.50 euros", "Il coûte 1 000,50 euros") == 1.0
     assert filters.number_overlap("Page 3 of 10", "Page 3 sur 12") == pytest.approx(1 / 3)
+
+
+def test_a_pair_of_the_same_numbers_is_no_copy():
+    assert not filters.copied("3.14", "3,14")
+    assert filters.copied("Version 2: PDF", "version 3 - pdf")
 
 
 def test_repeated_pairs_keep_the_first_and_repeated_targets_keep_the_surest_source():

