@@ -12,6 +12,7 @@ import pytest
 from seq2seq.config import CleanConfig, load_config
 from seq2seq.data import filters
 from seq2seq.data.clean import clean_dataset, judge, verdict_of
+from seq2seq.data.corpus import prepare_data
 from seq2seq.errors import ConfigError
 from tests.runs import cli, write_parallel, write_tiny_config
 
@@ -201,6 +202,16 @@ def test_training_data_is_cleaned_by_the_same_filters_when_enabled():
     ds = datasets.Dataset.from_dict({"src": [s for s, _ in pairs], "tgt": [t for _, t in pairs]})
     kept = clean_dataset(ds, CleanConfig(enabled=True, processes=1), ("en", "fr"))
     assert list(zip(kept["src"], kept["tgt"])) == GOOD
+
+
+def test_a_run_enabling_data_clean_trains_on_the_kept_pairs_only(tmp_path, demo_pairs):
+    pairs = [*demo_pairs[:200], *NOISY.values()]
+    clean = {"enabled": True, "processes": 1}
+    cfg = load_config(write_tiny_config(tmp_path, pairs, data={"clean": clean}))
+    data = prepare_data(cfg, reuse_tokenizer=False)
+    noisy_targets = {t for _, t in NOISY.values()}
+    assert not noisy_targets & set(data.train["tgt"])
+    assert 190 <= data.reports["train"].read <= 200  # the demo pairs are clean: few of them go
 
 
 def test_cleaning_is_off_by_default(tmp_path):
