@@ -4,9 +4,14 @@ own export (`compute_type="int8"`), same run, same data, as bench_translate.py d
     python scripts/bench_int8.py --run R --data DIR                   # the int8 rows
     python scripts/bench_int8.py --run R --data DIR --batch-sizes 1,8,32,64   # + PNG and JSON
 
+    python scripts/bench_int8.py --run R --memory-only                 # loaded memory only
+
 Rows: target tokens/s, sentences/s, BLEU, the share of outputs identical to the same system's
 float32 outputs, and the resident memory of the loaded model (RSS after loading minus before,
-each measured in a fresh process so that the float32 and int8 models never share one).
+each measured in a fresh process so that the float32 and int8 models never share one; "anon"
+is the anonymous part of it, the heap and tensors, without the pages of torch's own code that
+a first load touches). "seq2seq int8 export" decodes the run written by
+`seq2seq export --format int8` (into OUT/seq2seq-int8-run), loaded without float32 weights.
 `bench_translate.py --int8 --project-run R` runs the same rows after its own table;
 `--batch-sizes` there runs only the sweep.
 """
@@ -27,9 +32,11 @@ RSS_PROBE = """
 import sys, torch
 torch.set_num_threads(1)
 def rss():
+    found = {}
     for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
+        if line.startswith(("VmRSS:", "RssAnon:")):
+            found[line.split(":")[0]] = int(line.split()[1]) * 1024
+    return found["VmRSS"], found["RssAnon"]
 kind, path, setting = sys.argv[1:4]
 import ctypes, warnings
 warnings.filterwarnings("ignore")
@@ -47,12 +54,13 @@ else:
     t = ctranslate2.Translator(path, device="cpu", compute_type=setting, intra_threads=1)
 # The float32 weights an int8 load drops go back to the system, as they would in time.
 ctypes.CDLL("libc.so.6").malloc_trim(0)
-print(rss() - before)
+after = rss()
+print(after[0] - before[0], after[1] - before[1])
 """
 
 
-def loaded_rss(kind: str, path: Path, setting: str) -> int:
-    """Bytes of resident memory a loaded model adds, in a fresh process."""
+def loaded_rss(kind: str, path: Path, setting: str) -> tuple[int, int]:
+    """Bytes of resident memory (all, anonymous) a loaded model adds, in a fresh process."""
     proc = subprocess.run(
         [sys.executable, "-c", RSS_PROBE, kind, str(path), setting],
         cwd=REPO,
@@ -62,15 +70,38 @@ def loaded_rss(kind: str, path: Path, setting: str) -> int:
     )
     if proc.returncode != 0:
         sys.exit(f"memory probe failed:\n{proc.stderr[-2000:]}")
-    return int(proc.stdout.split()[-1])
+    total, anon = proc.stdout.split()[-2:]
+    return int(total), int(anon)
+
+
+def int8_export(run: Path, out: Path) -> Path:
+    """The run written by `seq2seq export --format int8` into OUT (once)."""
+    from seq2seq.interop.int8_run import export_int8
+
+    folder = out / "seq2seq-int8-run"
+    return folder if folder.is_dir() else export_int8(run, folder)
+
+
+def memory_rows(run: Path, out: Path) -> dict[str, tuple[float, float]]:
+    """Loaded memory (RSS, anonymous) in MB of the float32, int8 and int8-export models."""
+    probes = {
+        "seq2seq float32": ("seq2seq", run, "none"),
+        "seq2seq int8": ("seq2seq", run, "int8"),
+        "seq2seq int8 export": ("seq2seq", int8_export(run, out), "int8"),
+    }
+    return {name: tuple(b / 2**20 for b in loaded_rss(*p)) for name, p in probes.items()}
 
 
 def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repeats: int, out: Path):
     """seq2seq and CTranslate2 rows, float32 and int8, with agreement and loaded memory."""
+    exported = int8_export(run, out)
     rows = {
         "seq2seq float32": decode_project(run, src, refs, threads, repeats, out, "s2s-fp32"),
         "seq2seq int8": decode_project(
             run, src, refs, threads, repeats, out, "s2s-int8", quantize="int8"
+        ),
+        "seq2seq int8 export": decode_project(
+            exported, src, refs, threads, repeats, out, "s2s-int8-run", quantize="int8"
         ),
     }
     for compute, export in (("float32", True), ("int8", False)):
@@ -85,6 +116,7 @@ def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repea
     systems = {
         "seq2seq float32": ("s2s-fp32", "s2s-fp32", ("seq2seq", run, "none")),
         "seq2seq int8": ("s2s-int8", "s2s-fp32", ("seq2seq", run, "int8")),
+        "seq2seq int8 export": ("s2s-int8-run", "s2s-fp32", ("seq2seq", exported, "int8")),
         "ctranslate2 float32, seq2seq export": (
             "ct2-float32",
             "ct2-float32",
@@ -94,12 +126,12 @@ def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repea
     }
     for name, modes in rows.items():
         mine, fp32, probe = systems[name]
-        rss_mb = loaded_rss(*probe) / 2**20
+        rss_mb, anon_mb = (b / 2**20 for b in loaded_rss(*probe))
         for mode, r in modes.items():
             r["identical_to_fp32"] = agreement(
                 out / f"{fp32}.{mode}.txt", out / f"{mine}.{mode}.txt"
             )
-            r["rss_mb"] = rss_mb
+            r["rss_mb"], r["anon_mb"] = rss_mb, anon_mb
     return rows
 
 
@@ -107,12 +139,13 @@ def print_rows(rows: dict) -> None:
     """The int8 table: tok/s, sent/s, BLEU, identical to float32, loaded RSS."""
     print(
         f"{'system':<36} {'mode':<7} {'sent/s':>8} {'tok/s':>8} {'BLEU':>6} {'=fp32':>6} {'MB':>6}"
+        f" {'anon':>6}"
     )
     for name, modes in rows.items():
         for mode, r in modes.items():
             print(
                 f"{name:<36} {mode:<7} {r['sent_s']:>8.1f} {r['tok_s']:>8.0f} {r['bleu']:>6.2f} "
-                f"{r['identical_to_fp32']:>6.1%} {r['rss_mb']:>6.1f}"
+                f"{r['identical_to_fp32']:>6.1%} {r['rss_mb']:>6.1f} {r['anon_mb']:>6.1f}"
             )
 
 
@@ -181,10 +214,18 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--limit", type=int, default=0, help="decode only the first N valid lines")
     p.add_argument("--batch-sizes", help="e.g. 1,8,32,64: also sweep batch sizes, PNG + JSON")
+    p.add_argument("--memory-only", action="store_true", help="loaded memory only, no decoding")
     p.add_argument("--out", type=Path, default=Path("/tmp/seq2seq-bench-int8"))
     p.add_argument("--figure", type=Path, default=REPO / "benchmarks" / "int8_batch_sizes.png")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.memory_only:
+        memory = memory_rows(args.run, args.out)
+        base = memory["seq2seq float32"][0]
+        print(f"{'system':<24} {'RSS MB':>7} {'anon MB':>8} {'RSS / float32':>14}")
+        for name, (total, anon) in memory.items():
+            print(f"{name:<24} {total:>7.1f} {anon:>8.1f} {total / base:>14.2f}")
+        return
     src = (args.data / "valid.en").read_text(encoding="utf-8").splitlines()
     refs = (args.data / "valid.fr").read_text(encoding="utf-8").splitlines()
     if args.limit:

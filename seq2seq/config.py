@@ -635,7 +635,7 @@ class DecodeConfig(_Strict):
     quantize: Literal["none", "int8"] = Field(
         "none",
         description="`int8`: the linear layers (attention, FFN, output) run int8 weights with "
-        "dynamic int8 activations, on CPU only; embeddings stay float32.",
+        "dynamic int8 activations, and the embeddings are int8 rows, on CPU only.",
     )
 
     sampling: str = Field(

@@ -26,6 +26,7 @@ from seq2seq.model.int8 import Int8Embedding, Int8Output, build_int8, frame_only
 from seq2seq.model.quantize import ENGINE, int8_device, quantize_int8, quantized_linears
 from seq2seq.model.transformer import Vocabulary, build_model
 from seq2seq.run.checkpoint import load_weights
+from seq2seq.run.rundir import load_run
 from tests.factories import tiny_model, tiny_shape, untrained_run
 from tests.hf_models import LAYOUTS, SENTENCES, save_marian
 from tests.runs import copy_run, train_from
@@ -425,3 +426,17 @@ def test_int8_weights_refuse_float32_decoding_training_and_other_exports(untrain
     assert result.exit_code == 1 and "float32 run they came from" in result.stderr
     with pytest.raises(UserError, match="holds int8 weights"):
         load_weights(tiny_model(), out / "checkpoints" / "best.safetensors")
+
+
+def test_a_float32_run_loads_as_int8_one_tensor_at_a_time_as_quantize_int8_makes_it(
+    untrained, monkeypatch
+):
+    in_place = quantize_int8(load_run(untrained).model)
+
+    def no_float32_model(*args, **kwargs):
+        raise AssertionError("a float32 model was loaded")
+
+    monkeypatch.setattr("seq2seq.run.rundir.load_weights", no_float32_model)
+    direct = load_run(untrained, int8=True).model
+    assert torch.equal(_forward(direct), _forward(in_place))
+    assert direct.output.rows()[0] is direct.tgt_embed.weight_int8

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load, load_file, load_model, save_file, save_model
+from safetensors.torch import load_file, load_model, save_file, save_model
 from torch import nn
 
 from seq2seq.errors import UserError
@@ -206,12 +206,13 @@ def is_int8(weights: Path) -> bool:
         return False
 
 
-def load_int8_tensors(path: Path) -> dict[str, torch.Tensor]:
-    """The tensors of an int8 weights file (`save_int8`), read into memory: `load_file` would
-    leave them views of the mapped file, whose pages then stay resident beside the packed
-    copies the linears make of them."""
+def load_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a weights file, as views of the mapped file (no copy is made here)."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
     try:
-        return load(Path(path).read_bytes())
+        return load_file(str(path))
     except Exception as e:  # truncated or not safetensors
         raise UserError(
             f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"

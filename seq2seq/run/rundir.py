@@ -23,8 +23,8 @@ from seq2seq.config import (
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.model.int8 import build_int8, frame_only
-from seq2seq.model.quantize import quantize_int8, use_int8_engine
+from seq2seq.model.int8 import build_int8, frame_only, quantized_state
+from seq2seq.model.quantize import use_int8_engine
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run.checkpoint import (
     Checkpoint,
@@ -32,7 +32,7 @@ from seq2seq.run.checkpoint import (
     imported_from,
     is_int8,
     latest_checkpoint,
-    load_int8_tensors,
+    load_tensors,
     load_weights,
     remove_debris,
 )
@@ -273,16 +273,17 @@ def load_run(
 
 
 def int8_model(cfg: Config, tokenizer: Tokenizer, weights: Path) -> Transformer:
-    """The int8 model of a weights file: int8 weights straight into int8 modules (no float32
-    weight made: the model's frame is built on the meta device), float32 ones quantized."""
+    """The int8 model of a weights file, int8 or float32, without a float32 model: its frame is
+    built on the meta device and the weights, read as views of the mapped file, go into the int8
+    modules (float32 ones quantized one tensor at a time)."""
     use_int8_engine()
-    if not is_int8(weights):
-        model = build_model(cfg.model, tokenizer)
-        load_weights(model, weights)
-        return quantize_int8(model)
+    int8 = is_int8(weights)
     with frame_only():
         frame = build_model(cfg.model, tokenizer)
+    tensors = load_tensors(weights)
     try:
-        return build_int8(frame, load_int8_tensors(weights))
+        return build_int8(frame, tensors if int8 else quantized_state(frame, tensors))
     except (KeyError, ValueError) as e:
-        raise UserError(f"{weights} does not fit this model: {e}") from None
+        raise UserError(
+            f"{weights} does not fit this model (trained with another vocabulary or shape?): {e}"
+        ) from None
