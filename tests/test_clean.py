@@ -10,7 +10,7 @@ import datasets
 import pytest
 
 from seq2seq.config import CleanConfig, load_config
-from seq2seq.data import filters
+from seq2seq.data import clean, filters
 from seq2seq.data.clean import clean_dataset, judge, verdict_of
 from seq2seq.data.corpus import prepare_data
 from seq2seq.errors import ConfigError
@@ -98,6 +98,18 @@ def test_repeated_pairs_keep_the_first_and_repeated_targets_keep_the_surest_sour
     assert judged([weak, pair], skip=["token_ratio"]) == ["dedup_target", "kept"]
     # Without language ID there is no surer pair: the first stays.
     assert judged([weak, pair], skip=["token_ratio", "langid"]) == ["kept", "dedup_target"]
+
+
+def test_worker_processes_judge_blocks_as_one_process_does(monkeypatch):
+    monkeypatch.setattr(clean, "BLOCK", 2)  # blocks this size or more go to the workers
+    pairs = [*GOOD, *NOISY.values(), GOOD[1]]
+    blocks = [
+        ([s for s, _ in pairs[i : i + 3]], [t for _, t in pairs[i : i + 3]])
+        for i in range(0, len(pairs), 3)
+    ]
+    alone = judge(blocks, CleanConfig(processes=1), ("en", "fr"))
+    assert list(judge(blocks, CleanConfig(processes=2), ("en", "fr"))) == list(alone)
+    assert list(alone).count(verdict_of("dedup")) == 1
 
 
 def test_an_unknown_filter_or_a_value_out_of_range_is_one_clear_error(tmp_path):

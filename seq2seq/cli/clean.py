@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 
 from seq2seq.cli.base import app, user_errors
 
@@ -65,7 +66,10 @@ def clean(
         key, sep, value = item.partition("=")
         if not sep:
             raise typer.BadParameter(f"expected key=value, got {item!r}", param_hint="--set")
-        changes[key.strip()] = value.strip()
+        try:
+            changes[key.strip()] = yaml.safe_load(value)  # as train's --set: 100 is a number
+        except yaml.YAMLError:
+            changes[key.strip()] = value
     cfg = with_changes(CleanConfig(), {**changes, "processes": processes})
     if skip:
         cfg = with_changes(cfg, {"skip": [*cfg.skip, *skip]})

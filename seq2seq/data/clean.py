@@ -8,6 +8,7 @@ a score), so 10M pairs take ~210 MB; the texts are read again to be written.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import multiprocessing
@@ -125,15 +126,19 @@ def _judged_blocks(
     blocks: Iterable[tuple[list[str], list[str]]], cfg: CleanConfig, langs: tuple[str, str]
 ) -> Iterator[Judged]:
     """judge_block over the blocks in order, on cfg.processes workers with a few in flight."""
-    if cfg.processes == 1:
-        for src, tgt in blocks:
+    blocks = iter(blocks)
+    first = next(blocks, None)
+    if first is None:
+        return
+    if cfg.processes == 1 or len(first[0]) < BLOCK:  # one block: workers would only cost
+        for src, tgt in itertools.chain([first], blocks):  # their start-up (~1 s each)
             yield judge_block(src, tgt, cfg, langs)
         return
     # spawn: the caller may hold threads (torch, tokenizers) that fork would copy mid-lock.
     context = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(cfg.processes, mp_context=context) as pool:
         pending = []
-        for src, tgt in blocks:
+        for src, tgt in itertools.chain([first], blocks):
             pending.append(pool.submit(judge_block, src, tgt, cfg, langs))
             if len(pending) > 2 * cfg.processes:  # bounded: the reader waits for the workers
                 yield pending.pop(0).result()
