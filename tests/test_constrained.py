@@ -8,10 +8,10 @@ import torch
 from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, train_tokenizer
-from seq2seq.decode.constrained import ConstrainedBeam, _allocation
+from seq2seq.decode.constrained import ConstrainedBeam, Spellings, _allocation
 from seq2seq.decode.glossary import term_use
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
-from seq2seq.decode.translator import Translator
+from seq2seq.decode.translator import Translator, cut_words, inner_ends
 from seq2seq.model.transformer import Transformer
 
 
@@ -356,3 +356,56 @@ def test_term_use_counts_a_term_given_twice_only_where_it_appears_twice():
     assert term_use(["cent vingt et un"], [["cent", "cent"]])["used"] == 1
     assert term_use(["cent vingt et un mille deux cent"], [["cent", "cent"]])["used"] == 2
     assert term_use(["l'hôtel et les hôtels"], [["hôtel", "hôtel"]])["used"] == 1
+
+
+def _spellings(vocab: int = 12, **fields) -> Spellings:
+    return Spellings({}, torch.ones(vocab, dtype=torch.bool), **fields)
+
+
+def test_a_term_started_in_the_middle_of_a_word_is_finished_not_left_as_a_fragment():
+    # The model likes "7 10" ("bouton-les"); 7 8 9 is the term ("bouton-poussoir"), and after
+    # its first token the word is cut: leaving it there would leave a fragment.
+    model = _BigramModel(
+        {BOS_ID: {4: 0.9}, 4: {7: 0.8}, 7: {10: 0.9}, 10: {EOS_ID: 0.9}, 9: {EOS_ID: 0.9}}
+    )
+    src = pad([[4, 5, EOS_ID]])
+    options = DecodeConfig(beam_size=4, length_penalty=1.0, max_len_a=0.0, max_len_b=12)
+    term = (7, 8, 9)
+    loose = decode(model, src, options, constraints=[(term,)], spellings=_spellings())
+    assert 10 in loose[0][0].tokens  # without the rule: "7 10", and the term forced elsewhere
+    stay = {term: (False, True, True)}
+    (best,) = decode(model, src, options, constraints=[(term,)], spellings=_spellings(stay=stay))[0]
+    assert best.unmet == ()
+    first = next(i for i in range(len(best.tokens)) if tuple(best.tokens[i : i + 3]) == term)
+    assert all(best.tokens[i + 1] == 8 for i in range(first) if best.tokens[i] == 7)
+
+
+def test_a_term_is_written_before_the_sentences_full_stop_not_after_it():
+    # The model ends "4 ." at once; the term 9 was appended after the full stop (5).
+    table = {BOS_ID: {4: 0.9}, 4: {5: 0.97}, 5: {EOS_ID: 0.9, 9: 0.08}, 9: {EOS_ID: 0.9}}
+    model = _BigramModel(table)
+    src = pad([[4, 6, EOS_ID]])
+    options = DecodeConfig(beam_size=4, length_penalty=1.0, max_len_a=0.0, max_len_b=12)
+    final = torch.zeros(12, dtype=torch.bool)
+    final[5] = True
+    (loose,) = decode(model, src, options, constraints=[((9,),)], spellings=_spellings())[0]
+    assert loose.tokens.index(5) < loose.tokens.index(9)
+    kept = _spellings(final=final, ends=(0,))
+    (best,) = decode(model, src, options, constraints=[((9,),)], spellings=kept)[0]
+    assert best.unmet == () and 9 in best.tokens
+    assert 5 not in best.tokens[: best.tokens.index(9)]
+
+
+def test_a_source_of_two_sentences_lets_the_first_end_before_the_term(french_tokenizer):
+    ids = french_tokenizer.encode_src(["Il dort. Le jardin est beau."])[0]
+    assert inner_ends(french_tokenizer, ids) == 1
+    assert inner_ends(french_tokenizer, french_tokenizer.encode_src(["Il dort."])[0]) == 0
+
+
+def test_a_term_cut_after_a_hyphen_or_inside_a_word_must_go_on(french_tokenizer):
+    (ids,) = french_tokenizer.encode_tgt(["bouton-poussoir"])
+    pieces = french_tokenizer.tgt_pieces(ids)
+    flags = cut_words(french_tokenizer, tuple(ids))
+    assert pieces[:2] == ["▁bouton", "-"]
+    # Leaving after "bouton" leaves a word; after "bouton-" or inside "poussoir", a fragment.
+    assert flags == (False, False) + (True,) * (len(ids) - 2)

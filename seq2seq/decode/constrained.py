@@ -29,6 +29,14 @@ counts only after a token that ends without a letter or digit, so a term counts 
 character touches it, as `glossary.term_use` counts it in text: "l'hôtel" holds "hôtel" and is
 not given a second "hôtel"; "hôtels" does not hold it. Only the term's own spelling is forced.
 
+Two rules keep a forced term from damaging the sentence around it (`Spellings.stay`, `final`).
+A hypothesis that has cut a word of an unmet term (written "bouton-" or "bouton-p" of
+"bouton-poussoir", not "bouton") may only write the term's next token: a started term is
+finished or its hypothesis dropped, never left as a fragment ("bouton-pouss et bouton-les").
+And while a term is unmet, a hypothesis may not write a sentence-final piece (".", "!", "?")
+beyond the sentence ends its source holds before its last sentence: the term comes before the
+full stop, not appended after it ("affichée. croisée."); at the length cap EOS still ends it.
+
 A term inside another term of the same sentence ("7" in "37 37 7") is kept by the longer one
 and not tracked on its own. A known limit: partial matches restart only at a term's first token
 (not the full KMP failure function), so a term like "a a b" is not noticed inside a freely
@@ -38,7 +46,7 @@ generated "a a a b" (the search itself still forces it).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -50,12 +58,19 @@ Terms = list[tuple[tuple[int, ...], ...]]
 
 @dataclass(frozen=True)
 class Spellings:
-    """The other ways a term is written in tokens: `glued[term]`, its segmentations glued onto
-    the token before it (no leading "▁"), counted after a token that `opens` [V] marks as ending
-    without a letter or digit."""
+    """How terms and sentences are written in tokens: `glued[term]`, a term's segmentations
+    glued onto the token before it (no leading "▁"), counted after a token that `opens` [V]
+    marks as ending without a letter or digit; `stay[spelling]`, per position j, whether a
+    hypothesis that wrote the first j tokens has cut a word of the term ("bouton-", "bouton-p")
+    and must write the next; `final` [V], the pieces that end a sentence ("."), kept from a
+    hypothesis with an unmet term once it has written `ends[i]` of them (the sentence ends its
+    source sentence i holds before its last)."""
 
     glued: dict[tuple[int, ...], tuple[tuple[int, ...], ...]]
     opens: torch.Tensor
+    stay: dict[tuple[int, ...], tuple[bool, ...]] = field(default_factory=dict)
+    final: torch.Tensor | None = None
+    ends: tuple[int, ...] = ()
 
 
 def terms_tensors(
@@ -132,8 +147,11 @@ class ConstrainedBeam:
         kept = [tuple(cs[j] for j in ks) for cs, ks in zip(self.constraints, self.kept)]
         device = limits.device
         self.term_len = terms_tensors(kept, device)[1]
-        glued = self.spellings.glued if self.spellings is not None else {}
-        self.spelled = _spelled(kept, glued, device)
+        how = self.spellings or Spellings({}, torch.zeros(0, dtype=torch.bool))
+        self.spelled = _spelled(kept, how.glued, how.stay, device)
+        self.stays = bool(self.spelled.stay.any())  # read once: whether any term cuts a word
+        ends = how.ends or (0,) * len(kept)
+        self.ends = torch.tensor(ends, dtype=torch.long, device=device)  # [B]
         self.need = torch.zeros_like(self.term_len)  # [B, C]; 0 for padding (always met)
         for i, (cs, ks) in enumerate(zip(self.constraints, self.kept)):
             self.need[i, : len(ks)] = torch.tensor(times_needed(cs, ks))
@@ -146,6 +164,7 @@ class ConstrainedBeam:
         self.count = torch.zeros(rows, self.term_len.size(1), dtype=torch.long, device=device)
         self.just_met = torch.zeros(rows, dtype=torch.bool, device=device)
         self.opens = torch.ones(rows, dtype=torch.bool, device=device)  # the start opens a word
+        self.marks = torch.zeros(rows, dtype=torch.long, device=device)  # sentence ends written
         return (limits + tokens).clamp(max=cap)
 
     def candidates(self, logits, norm, scores, at_cap, active):
@@ -154,6 +173,13 @@ class ConstrainedBeam:
         term_len, need = (x[active].repeat_interleave(k, dim=0) for x in (self.term_len, self.need))
         state = _State(self.pos, self.count, need, self.opens)
         _block(logits, state, spelled, self.eos, at_cap.repeat_interleave(k))
+        if self.stays:
+            _stay(logits, state, spelled, at_cap.repeat_interleave(k))
+        final = self.spellings.final if self.spellings is not None else None
+        if final is not None:  # no sentence end while a term waits: it would come after it
+            over = self.marks >= self.ends[active].repeat_interleave(k)
+            late = (over & ~state.met.all(1)).unsqueeze(1) & final.to(logits.device).unsqueeze(0)
+            logits.masked_fill_(late, -math.inf)
         if self.glue is not None:
             glue = self.glue.to(logits.device).unsqueeze(0)
             logits.masked_fill_(self.just_met.unsqueeze(1) & glue, -math.inf)
@@ -179,10 +205,12 @@ class ConstrainedBeam:
         if self.spellings is not None:  # whether the token just written lets a word start
             token = self._cand.token.gather(1, choice).reshape(-1)
             self.opens = self.spellings.opens.to(token.device)[token]
+            if self.spellings.final is not None:
+                self.marks = self.marks[rows] + self.spellings.final.to(token.device)[token]
 
     def keep(self, rows: torch.Tensor) -> None:
         self.pos, self.count, self.just_met = self.pos[rows], self.count[rows], self.just_met[rows]
-        self.opens = self.opens[rows]
+        self.opens, self.marks = self.opens[rows], self.marks[rows]
 
     def done(self, kth_finished, scores, limits, length: int) -> torch.Tensor:
         bound = scores.max(1).values / length_penalty(limits.float(), self.alpha, self.norm)
@@ -205,6 +233,7 @@ class _Spelled:
     length: torch.Tensor  # [B, R]; 0: padding
     term: torch.Tensor  # [B, R] the term (column of C) each spells
     glued: torch.Tensor  # [B, R] counted only after a token that opens a word
+    stay: torch.Tensor  # [B, R, L] after j tokens, the next must follow (a word was cut)
 
     def rows(self, active: torch.Tensor, k: int) -> _Spelled:
         """The spellings of each open hypothesis of the `active` sentences, [N, R]."""
@@ -226,7 +255,7 @@ class _Spelled:
 
 
 def _spelled(
-    kept: list[tuple[tuple[int, ...], ...]], glued: dict, device: torch.device
+    kept: list[tuple[tuple[int, ...], ...]], glued: dict, stay: dict, device: torch.device
 ) -> _Spelled:
     """Each sentence's term spellings: its kept terms as given, then each one's glued ones."""
     c = max(1, max(len(cs) for cs in kept))
@@ -243,9 +272,13 @@ def _spelled(
     width = ids.size(1)
     term_t = torch.zeros(len(kept), width, dtype=torch.long)
     glued_t = torch.zeros(len(kept), width, dtype=torch.bool)
-    for i, (ts, fs) in enumerate(zip(term, flag)):
+    stay_t = torch.zeros(ids.shape, dtype=torch.bool)
+    for i, (ts, fs, rs) in enumerate(zip(term, flag, rows)):
         term_t[i, : len(ts)], glued_t[i, : len(fs)] = torch.tensor(ts), torch.tensor(fs)
-    return _Spelled(ids, length, term_t.to(device), glued_t.to(device))
+        for r, spelling in enumerate(rs):
+            flags = stay.get(spelling, ())
+            stay_t[i, r, : len(flags)] = torch.tensor(flags, dtype=torch.bool)
+    return _Spelled(ids, length, term_t.to(device), glued_t.to(device), stay_t.to(device))
 
 
 @dataclass
@@ -273,6 +306,20 @@ def _block(logits, state: _State, spelled: _Spelled, eos: int, at_cap: torch.Ten
     again = spelled.of_term(met) & (length > 0) & (state.pos == length - 1)
     again &= ~spelled.glued | (length > 1) | state.opens.unsqueeze(1)  # where it would count
     logits.scatter_add_(1, last, torch.where(again, -math.inf, 0.0))
+
+
+def _stay(logits, state: _State, spelled: _Spelled, at_cap: torch.Tensor) -> None:
+    """In place: a hypothesis that cut a word of an unmet term ("bouton-p") may only write
+    the term's next token, so a started term is finished or its hypothesis dropped, never left
+    as a fragment ("bouton-pouss")."""
+    pos = state.pos
+    cut = spelled.stay.gather(2, pos.clamp(max=spelled.stay.size(2) - 1).unsqueeze(2)).squeeze(2)
+    cut &= (pos > 0) & ~spelled.of_term(state.met) & ~at_cap.unsqueeze(1)  # [N, R]
+    terms = spelled.terms
+    want = terms.gather(2, pos.clamp(max=terms.size(2) - 1).unsqueeze(2)).squeeze(2)  # [N, R]
+    votes = torch.zeros_like(logits).scatter_add_(1, want, cut.float())
+    binding = cut.sum(1, keepdim=True)  # a token must be the next of every cut spelling
+    logits.masked_fill_((binding > 0) & (votes < binding), -math.inf)
 
 
 @dataclass

@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 # Where a word is written glued onto the one before it ("l'hôtel", "l’hôtel", "bouton-poussoir"),
 # the tokenizer cuts a term without its leading "▁"; the search counts that spelling too.
 GLUE_CONTEXTS = ("'", "’", "-")
+FINAL_MARKS = ".!?…"  # pieces made of these end a sentence
 GLUED_CACHE = 65_536  # terms whose glued spellings a translator remembers (a server's many)
 
 
@@ -286,7 +287,7 @@ def _decode_batch(
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
     constrained = {}
     if any(terms):
-        spellings = _spellings(translator, {t for ts in terms for t in ts})
+        spellings = _spellings(translator, {t for ts in terms for t in ts}, src)
         constrained = {"constraints": terms, "glue": translator.glue_mask(), "spellings": spellings}
     special = translator.tokenizer.ids
     if translator.shortlist is not None and not any(terms):  # terms: the whole vocabulary
@@ -318,18 +319,59 @@ def glue_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
     return torch.tensor(mask, dtype=torch.bool, device=device)
 
 
-def _spellings(translator: Translator, terms: set[tuple[int, ...]]) -> Spellings:
-    """The glued spellings of `terms` (token ids) and the pieces after which they count,
-    remembered across batches (in the translator's cache, shared by its copies)."""
-    cache = translator._cache
-    glued = cache.setdefault("glued", {})
-    if len(glued) > GLUED_CACHE:
-        glued.clear()
-    for term in terms - glued.keys():
-        glued[term] = glued_spellings(translator.tokenizer, term)
+def _spellings(translator: Translator, terms: set[tuple[int, ...]], src: torch.Tensor) -> Spellings:
+    """How a batch's `terms` (token ids) are written (glued spellings, where a word is cut) and
+    where its source sentences end, the per-term part remembered across batches (in the
+    translator's cache, shared by its copies)."""
+    cache, tokenizer = translator._cache, translator.tokenizer
+    known = cache.setdefault("glued", {})
+    if len(known) > GLUED_CACHE:
+        known.clear()
+    for term in terms - known.keys():
+        glued = glued_spellings(tokenizer, term)
+        known[term] = glued, {t: cut_words(tokenizer, t) for t in (term, *glued)}
     if "opens" not in cache:
-        cache["opens"] = opens_mask(translator.tokenizer, translator.device)
-    return Spellings({t: glued[t] for t in terms}, cache["opens"])
+        cache["opens"] = opens_mask(tokenizer, translator.device)
+        cache["final"] = final_mask(tokenizer, translator.device)
+    stay = {t: flags for term in terms for t, flags in known[term][1].items()}
+    ends = tuple(inner_ends(tokenizer, row) for row in src.tolist())
+    glued = {t: known[t][0] for t in terms}
+    return Spellings(glued, cache["opens"], stay, cache["final"], ends)
+
+
+def cut_words(tokenizer: Tokenizer, spelling: tuple[int, ...]) -> tuple[bool, ...]:
+    """Per position j of a term's spelling, whether its first j tokens end inside a word or
+    on a sign that glues the next word on ("bouton-", "bouton-p" of "bouton-poussoir"), where
+    leaving the term would leave a fragment; not at a word's end ("bouton") or a lone "▁"."""
+    pieces = tokenizer.tgt_pieces(list(spelling))
+    flags = [False]
+    for before, after in zip(pieces, pieces[1:]):
+        word_end = before[-1:].isalnum() and not after[:1].isalnum()
+        flags.append(not (before == "▁" or after.startswith("▁") or word_end))
+    return tuple(flags)
+
+
+def final_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
+    """Which target pieces end a sentence: ".", "!", "?", "…" (with or without "▁")."""
+    mask = [_is_final(p) for p in tokenizer.tgt_vocabulary()]
+    return torch.tensor(mask, dtype=torch.bool, device=device)
+
+
+def _is_final(piece: str) -> bool:
+    text = piece.replace("▁", "")
+    return bool(text) and all(ch in FINAL_MARKS for ch in text)
+
+
+def inner_ends(tokenizer: Tokenizer, ids: list[int]) -> int:
+    """How many sentence ends a source holds before its last words (0 for one sentence)."""
+    special = {tokenizer.ids.pad, tokenizer.ids.eos}
+    pieces = tokenizer.src_pieces([i for i in ids if i not in special])
+    ends, words_after = 0, False
+    for piece in reversed(pieces):
+        if _is_final(piece) and words_after:
+            ends += 1
+        words_after = words_after or any(ch.isalnum() for ch in piece)
+    return ends
 
 
 def opens_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
