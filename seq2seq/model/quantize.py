@@ -6,9 +6,10 @@ rows, one scale per row) and the output projection, which for tied embeddings re
 table's int8 rows (`model/int8.py` says what each keeps and why, with the measurements). Layer
 norms, biases, the positional table and `final_logits_bias` stay float32, and so do the
 activations between layers, so the KV cache and the search are unchanged. A float32 run is
-quantized once, in memory, as it loads (its checkpoints stay float32, `train --init-from` reads
-them as ever); `seq2seq export --format int8` writes a run directory of int8 weights that loads
-straight into the int8 model (`build_int8`), no float32 weight ever made.
+quantized as it loads, one tensor at a time (`run.rundir.int8_model`; its checkpoints stay
+float32, `train --init-from` reads them as ever); `seq2seq export --format int8` writes a run
+directory of int8 weights that loads straight into the int8 model, no float32 weight ever made.
+`quantize_int8` makes the same int8 model of a float32 one already in memory.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, UserError
 from seq2seq.model.int8 import build_int8, frame_only, quantized_state
-from seq2seq.model.quantize import use_int8_engine
+from seq2seq.model.quantize import release_freed_memory, use_int8_engine
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run.checkpoint import (
     Checkpoint,
@@ -282,8 +282,12 @@ def int8_model(cfg: Config, tokenizer: Tokenizer, weights: Path) -> Transformer:
         frame = build_model(cfg.model, tokenizer)
     tensors = load_tensors(weights)
     try:
-        return build_int8(frame, tensors if int8 else quantized_state(frame, tensors))
+        model = build_int8(frame, tensors if int8 else quantized_state(frame, tensors))
     except (KeyError, ValueError) as e:
         raise UserError(
             f"{weights} does not fit this model (trained with another vocabulary or shape?): {e}"
         ) from None
+    del tensors  # the file's map goes; the quantizing's scratch memory goes back to the system
+    release_freed_memory()
+    log.info("int8: %s weights built into the int8 model", "int8" if int8 else "float32")
+    return model
