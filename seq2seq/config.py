@@ -172,6 +172,7 @@ CLEAN_FILTERS = (
     "urls",
     "copy",
     "langid",
+    "dual_xent",
     "dedup",
     "dedup_target",
 )
@@ -192,7 +193,9 @@ class CleanConfig(_Strict):
         "dropped); `empty`: a side is empty; `length`: the limits below; `alpha_ratio`: too few "
         "letters; `token_ratio`: word counts too far apart; `numbers`/`urls`: the sides' numbers "
         "or URLs differ; `copy`: the target is the source (letters compared, case aside); "
-        "`langid`: a side is not in its language; `dedup`: a repeated pair; "
+        "`langid`: a side is not in its language; `dual_xent`: a forward and a backward run "
+        "find the pair unlikely (`seq2seq clean --forward/--backward` only); `dedup`: a repeated "
+        "pair; "
         "`dedup_target`: a target already kept with a better source.",
     )
     max_words: PositiveInt = Field(150, description="`length`: most words a side may have.")

@@ -13,7 +13,10 @@ from seq2seq.config import CleanConfig, load_config
 from seq2seq.data import clean, filters
 from seq2seq.data.clean import clean_dataset, judge, verdict_of
 from seq2seq.data.corpus import prepare_data
+from seq2seq.decode.dual_xent import dual_xent
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import ConfigError
+from tests.factories import untrained_run
 from tests.runs import cli, write_parallel, write_tiny_config
 
 GOOD = [
@@ -228,3 +231,37 @@ def test_a_run_enabling_data_clean_trains_on_the_kept_pairs_only(tmp_path, demo_
 
 def test_cleaning_is_off_by_default(tmp_path):
     assert load_config(write_tiny_config(tmp_path, GOOD)).data.clean.enabled is False
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory, demo_pairs) -> tuple[Path, Path]:
+    """A forward and a backward run, random (what is tested is the plumbing, not the scores)."""
+    fwd = untrained_run(tmp_path_factory.mktemp("fwd"), demo_pairs[:300])
+    bwd = untrained_run(tmp_path_factory.mktemp("bwd"), [(b, a) for a, b in demo_pairs[:300]])
+    return fwd, bwd
+
+
+def test_dual_cross_entropy_is_finite_and_infinite_past_the_models_positions(two_runs):
+    fwd, bwd = (load_translator(run, None, "cpu")[0] for run in two_runs)
+    src, tgt = ["I have three cats.", "word " * 100], ["J'ai trois chats.", "mot " * 100]
+    scores = dual_xent(fwd, bwd, src, tgt)
+    assert 0 < scores[0] < float("inf") and scores[1] == float("inf")
+
+
+@pytest.mark.parametrize("most, kept", [("1000", 3), ("0", 0)])
+def test_forward_and_backward_runs_add_the_dual_xent_filter_after_the_rules(
+    tmp_path, two_runs, demo_pairs, most, kept
+):
+    clean = [p for p in demo_pairs[:40] if judged([p]) == ["kept"]][:3]  # the runs' own words
+    out, _ = clean_cli(
+        tmp_path, [*clean, NOISY["numbers"]], "--forward", two_runs[0], "--backward", two_runs[1],
+        "--max-dual-xent", most, "--device", "cpu",
+    )  # fmt: skip
+    report = json.loads((out / "report.json").read_text())
+    assert report["kept"] == kept
+    assert report["rejected"]["dual_xent"] == 3 - kept and report["rejected"]["numbers"] == 1
+
+
+def test_a_forward_run_needs_a_backward_one(tmp_path, two_runs):
+    _, result = clean_cli(tmp_path, GOOD, "--forward", two_runs[0], code=2)
+    assert "give --forward and --backward together" in result.output

@@ -7,12 +7,13 @@ a score), so 10M pairs take ~210 MB; the texts are read again to be written.
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import logging
 import math
 import multiprocessing
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -25,6 +26,8 @@ from seq2seq.data.filters import first_rule_failed, normalise_whitespace
 from seq2seq.data.langid import identify
 
 log = logging.getLogger(__name__)
+
+Keep = Callable[[list[str], list[str]], list[bool]]  # a model-based filter's verdicts on pairs
 
 BLOCK = 20_000  # pairs a worker judges at a time
 EXAMPLES = 5  # pairs shown for each filter in the report
@@ -94,9 +97,24 @@ def judge(
     blocks: Iterable[tuple[list[str], list[str]]],
     cfg: CleanConfig,
     langs: tuple[str, str],
+    keep: Keep | None = None,
 ) -> np.ndarray:
-    """Every pair's verdict (uint8, KEPT or 1 + filter index), the dedups included."""
-    parts = list(_judged_blocks(blocks, cfg, langs))
+    """Every pair's verdict (uint8, KEPT or 1 + filter index), the dedups included; `keep`, if
+    given, is a model-based filter (dual_xent) that sees the pairs the rules kept, in the main
+    process: keep(sources, targets) -> [passes]."""
+    held: collections.deque = collections.deque()  # the blocks in flight, for `keep`
+
+    def remembered() -> Iterator[tuple[list[str], list[str]]]:
+        for block in blocks:
+            if keep is not None:
+                held.append(block)
+            yield block
+
+    parts = []
+    for judged in _judged_blocks(remembered(), cfg, langs):
+        if keep is not None:
+            _model_filter(judged, *held.popleft(), cfg, keep)
+        parts.append(judged)
     if not parts:
         return np.zeros(0, dtype=np.uint8)
     verdicts = np.concatenate([p.verdicts for p in parts])
@@ -110,6 +128,14 @@ def judge(
     if "dedup_target" in cfg.active():
         _keep_first(verdicts, tgt_hash, score, verdict_of("dedup_target"))
     return verdicts
+
+
+def _model_filter(judged: Judged, src: list[str], tgt: list[str], cfg: CleanConfig, keep: Keep):
+    """Reject, in place, the pairs of a block still kept that `keep` turns down."""
+    alive = np.flatnonzero(judged.verdicts == KEPT)
+    pairs = [normalise(src[i], tgt[i], cfg) for i in alive]
+    passes = np.asarray(keep([s for s, _ in pairs], [t for _, t in pairs]), dtype=bool)
+    judged.verdicts[alive[~passes]] = verdict_of("dual_xent")
 
 
 def _keep_first(verdicts: np.ndarray, key: np.ndarray, rank: np.ndarray, verdict: int) -> None:

@@ -14,7 +14,7 @@ from itertools import zip_longest
 from pathlib import Path
 
 from seq2seq.config import CLEAN_FILTERS, CleanConfig
-from seq2seq.data.clean import BLOCK, CleanReport, judge, normalise
+from seq2seq.data.clean import BLOCK, CleanReport, Keep, judge, normalise
 from seq2seq.data.corpus import decode_line
 from seq2seq.errors import UserError
 
@@ -51,14 +51,22 @@ def _blocks(src: Path, tgt: Path) -> Iterator[tuple[list[str], list[str]]]:
 
 
 def clean_files(
-    *, src: Path, tgt: Path, src_lang: str, tgt_lang: str, out: Path, cfg: CleanConfig
+    *,
+    src: Path,
+    tgt: Path,
+    src_lang: str,
+    tgt_lang: str,
+    out: Path,
+    cfg: CleanConfig,
+    keep: Keep | None = None,
 ) -> CleanReport:
-    """Write out/kept.<lang> for each side, out/rejected.tsv and out/report.json."""
+    """Write out/kept.<lang> for each side, out/rejected.tsv and out/report.json (`keep`: a
+    model-based filter after the rules, see clean.judge)."""
     if src_lang == tgt_lang:
         raise UserError(f"--src-lang and --tgt-lang are both {src_lang!r}: kept.L would clash")
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    verdicts = judge(_blocks(src, tgt), cfg, (src_lang, tgt_lang))
+    verdicts = judge(_blocks(src, tgt), cfg, (src_lang, tgt_lang), keep)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     names = [f"kept.{src_lang}", f"kept.{tgt_lang}", "rejected.tsv"]
