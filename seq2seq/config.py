@@ -485,6 +485,25 @@ class AlignmentConfig(_Strict):
     )
 
 
+class StageConfig(_Strict):
+    """One stage of a curriculum (`train.stages`): the data mix it trains on and what ends it."""
+
+    name: str | None = Field(None, description="What logs call the stage; default `stage1`, …")
+    mix: dict[str, Annotated[float, Field(ge=0.0)]] = Field(
+        default_factory=dict,
+        description="Weight of each part of data.train, by name, in this stage (a part left "
+        "out is not drawn); empty: the parts' own weights.",
+    )
+    max_steps: PositiveInt | None = Field(
+        None, description="Updates this stage runs for, counted from its start."
+    )
+    patience: PositiveInt | None = Field(
+        None,
+        description="Validations in a row without a new best that end this stage (early "
+        "stopping); `train.patience` still ends the whole run.",
+    )
+
+
 class TrainConfig(_Strict):
     """Optimisation, schedule, validation and checkpointing."""
 
@@ -502,6 +521,12 @@ class TrainConfig(_Strict):
     patience: PositiveInt | None = Field(
         None,
         description="Stop after this many validations without a new best (BLEU, else loss).",
+    )
+    stages: list[StageConfig] = Field(
+        default_factory=list,
+        description="A curriculum: stages run one after the other in this run, each from where "
+        "the last stopped (weights, optimizer, schedule), each with its data mix and its "
+        "stopping rule (every stage but the last needs one); empty: one stage.",
     )
     lr: Annotated[float, Field(gt=0.0)] = Field(7e-4, description="Peak learning rate.")
     warmup_steps: Annotated[int, Field(ge=0)] = Field(
@@ -693,6 +718,30 @@ class Config(_Strict):
             missing = [c for c in codes if c not in tok.languages]
             if missing:
                 raise ValueError(f"data.pairs: the tokenizer has no language {missing}")
+        return self
+
+    @model_validator(mode="after")
+    def _stages_fit(self) -> Config:
+        stages, parts = self.train.stages, [p.name for p in self.data.train_parts()]
+        for i, stage in enumerate(stages):
+            where = f"train.stages[{i}]"
+            stage.name = stage.name or f"stage{i + 1}"
+            unknown = sorted(set(stage.mix) - set(parts))
+            if stage.mix and not parts:
+                raise ValueError(f"{where}.mix: needs data.train as a list of named parts")
+            if unknown:
+                raise ValueError(
+                    f"{where}.mix: no part {unknown} in data.train (its parts: {parts})"
+                )
+            if stage.mix and not sum(stage.mix.values()) > 0:
+                raise ValueError(f"{where}.mix: the weights must sum to a positive number")
+            if i < len(stages) - 1 and stage.max_steps is None and stage.patience is None:
+                raise ValueError(f"{where}: give max_steps or patience, or it never ends")
+            if stage.patience is not None and self.data.valid is None and not self.data.pairs:
+                raise ValueError(f"{where}.patience: early stopping needs data.valid")
+        names = [s.name for s in stages]
+        if len(set(names)) < len(names):
+            raise ValueError(f"train.stages: stage names must differ (got {names})")
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ from seq2seq.errors import ConfigError
 from seq2seq.train.distributed import Dist
 from seq2seq.train.feed import UpdateFeed
 from seq2seq.train.state import TrainState
-from tests.runs import write_tiny_config
+from tests.runs import write_parallel, write_tiny_config
 
 
 def test_uppercase_and_titlecase_change_both_sides():
@@ -187,3 +187,36 @@ def test_augmentation_changes_the_batches_but_not_their_order(tmp_path, demo_pai
     assert len(plain) == len(augmented)
     assert [len(a[0]) for a in augmented] == [len(p[0]) for p in plain]  # same rows a batch
     assert any(a != p for a, p in zip(augmented, plain))
+
+
+def test_tags_follow_the_word_alignments_into_the_guided_alignment_links(tmp_path, demo_pairs):
+    pairs = demo_pairs[:120]
+    src, tgt = write_parallel(tmp_path, "train", pairs)
+    links = tmp_path / "train.align"
+    links.write_text("0-0\n" * len(pairs))  # first word to first word
+    config = write_tiny_config(
+        tmp_path,
+        pairs,
+        data={
+            "train": {"src": str(src), "tgt": str(tgt), "alignments": str(links)},
+            "augment": {"tags": 1.0},
+        },
+        train={"max_tokens": 300, "max_epochs": 1, "alignment": {}},
+    )
+    cfg = load_config(config)
+    data = prepare_data(cfg, False)
+    feed = UpdateFeed(SimpleNamespace(cfg=cfg, data=data, device=torch.device("cpu"), info=Dist()))
+    tok, tags = data.tokenizer, {"<b>", "<i>", "<u>"}
+    tagged = rows = 0
+    for micro, _ in feed.updates(TrainState()):
+        for batch in micro:
+            for row in range(batch.src.size(0)):
+                pieces = tok.src_pieces(batch.src[row][batch.src_mask[row]].tolist())
+                rows += 1
+                if not any(p in tags for p in pieces):
+                    continue  # tagged, it would have been longer than max_len: left as it was
+                tagged += 1
+                assert sum(p in tags for p in pieces) == 1  # one tag a pair
+                linked = {pieces[s] for r, _, s in batch.align.tolist() if r == row}
+                assert linked & tags  # the tagged first word is the one still linked
+    assert tagged > 0.8 * rows

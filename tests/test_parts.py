@@ -1,19 +1,32 @@
 """Training data as weighted parts (data.train as a list): parts are drawn by weight, a `bt`
 part's sources lead with the `<BT>` token as one piece, bad mixes are one config error, and a
-plain data.train corpus is read as before."""
+plain data.train corpus is read as before. Stages (train.stages): each its own mix and stopping
+rule, one after the other in one run, resumed where they stopped."""
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+import torch
 import yaml
+from safetensors.torch import load_file
 
-from seq2seq.config import CorpusConfig, load_config, load_run_config
+from seq2seq.config import CorpusConfig, StageConfig, load_config, load_run_config
 from seq2seq.data.batching import epoch_batches
 from seq2seq.data.corpus import prepare_data
 from seq2seq.data.parts import BT_TOKEN
-from seq2seq.errors import ConfigError
-from tests.runs import TINY, train_from, write_parallel
+from seq2seq.errors import ConfigError, UserError
+from seq2seq.run.runlog import MetricsLog
+from seq2seq.train.distributed import Dist
+from seq2seq.train.feed import UpdateFeed
+from seq2seq.train.stages import Stages, part_weights
+from seq2seq.train.state import TrainState
+from tests.runs import TINY, cli, train_from, write_parallel
+
+CPU = torch.device("cpu")
 
 
 def _parts_config(folder, demo_pairs, parts=None, **data) -> object:
@@ -116,3 +129,96 @@ def test_a_run_trains_on_weighted_parts_with_augmentation_and_keeps_them_in_its_
     ]
     assert saved.data.train_parts()[0].src.is_absolute()
     assert saved.data.augment.tags == 0.1
+
+
+# ---------------------------------------------------------------------------------- stages
+
+STAGES = [
+    {"name": "mix", "mix": {"original": 0.6, "bt": 0.4}, "max_steps": 3},
+    {"name": "original", "mix": {"original": 1.0}, "max_steps": 2},
+]
+
+
+@pytest.mark.parametrize(
+    "stages, message",
+    [
+        ([{"mix": {"mono": 1.0}, "max_steps": 2}], r"train.stages\[0\].mix: no part \['mono'\]"),
+        ([{"mix": {"bt": 0.0}}], r"train.stages\[0\].mix: the weights must sum to a positive"),
+        ([{"mix": {"bt": 1.0}}, {}], r"train.stages\[0\]: give max_steps or patience"),
+        ([{"max_steps": 2, "model": {"d_model": 64}}], "train.stages.0.model: unknown key"),
+        ([{"name": "a", "max_steps": 1}, {"name": "a"}], "stage names must differ"),
+    ],
+)
+def test_a_bad_stage_list_is_one_config_error_before_anything_is_written(
+    tmp_path, demo_pairs, stages, message
+):
+    config = _parts_config(tmp_path, demo_pairs)
+    with pytest.raises(ConfigError, match=message):
+        load_config(config, [f"train.stages={stages}"])
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_stage_ends_by_its_steps_or_patience_and_the_next_starts_a_fresh_epoch(tmp_path):
+    stages = [StageConfig(max_steps=3), StageConfig(patience=2), StageConfig()]
+    run = Stages(stages, TrainState(), Dist())
+    st = TrainState(step=2, epoch=0, batch_in_epoch=5)
+    assert not run.ended(st, CPU)
+    st.step = 3
+    assert run.ended(st, CPU) and not run.is_last(st)
+    st.bad_evals = 4
+    run.advance(st, MetricsLog(tmp_path, False))
+    assert (st.stage, st.stage_from, st.epoch, st.batch_in_epoch, st.bad_evals) == (1, 3, 1, 0, 0)
+    st.step, st.bad_evals = 50, 1
+    assert not run.ended(st, CPU)
+    st.bad_evals = 2
+    assert run.ended(st, CPU)
+    run.advance(st, MetricsLog(tmp_path, False))
+    assert run.is_last(st) and not run.ended(st, CPU)
+    assert (st.epoch, st.batch_in_epoch) == (1, 0)  # already at an epoch's start: stays
+
+
+def test_a_run_in_a_stage_its_config_no_longer_lists_is_refused():
+    with pytest.raises(UserError, match="this run is in stage 3, but train.stages lists 2"):
+        Stages([StageConfig(max_steps=1), StageConfig()], TrainState(stage=2), Dist())
+
+
+def test_each_stage_draws_its_own_mix_of_parts(tmp_path, demo_pairs):
+    cfg = load_config(_parts_config(tmp_path, demo_pairs), [f"train.stages={STAGES}"])
+    data = prepare_data(cfg, False)
+    assert part_weights(cfg, data.train_parts, 0) == [0.6, 0.4]
+    assert part_weights(cfg, data.train_parts, 1) == [1.0, 0.0]
+    training = SimpleNamespace(cfg=cfg, data=data, device=CPU, info=Dist())
+    feed = UpdateFeed(training)
+    original = data.train_parts[0].rows
+    second = feed.epoch_batches(0, stage=1)
+    assert all(int(i) < original for b in second for i in b)
+    assert any(int(i) >= original for b in feed.epoch_batches(0, stage=0) for i in b)
+
+
+@pytest.mark.slow
+def test_stages_run_one_after_the_other_and_a_resumed_run_ends_where_an_unbroken_one_does(
+    tmp_path, demo_pairs
+):
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    runs = []
+    for folder in (whole, broken):
+        folder.mkdir()
+        config = _parts_config(folder, demo_pairs)
+        staged = ["--set", f"train.stages={STAGES}", "--set", "train.save_every=100"]
+        to_100 = ["--set", "train.max_steps=100"]  # the stages end the run, at step 5
+        if folder is broken:  # stopped inside the second stage, then resumed
+            cli("--quiet", "train", "--config", config, *staged, "--set", "train.max_steps=4")
+            cli("--quiet", "train", "--config", config, *staged, *to_100, "--resume")
+        else:
+            cli("--quiet", "train", "--config", config, *staged, *to_100)
+        runs.append(folder / "run")
+    for run in runs:
+        records = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+        assert [(r["step"], r["stage"]) for r in records if r.get("event") == "stage"] == [
+            (3, "original")
+        ]
+        assert max(r["step"] for r in records) == 5
+        assert not list(run.glob("checkpoints/step_0000000[6-9]*"))
+    weights = [load_file(str(run / "checkpoints" / "step_00000005.safetensors")) for run in runs]
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -200,12 +200,10 @@ class BatchAugmenter:
         aligns = rows.get("align")
         links = [None] * len(src_ids) if aligns is None else list(aligns)
         changed: dict[tuple[str, str], list[tuple[int, str, str, Links | None]]] = {}
-
-        def ids_of(k: int) -> tuple[list[int], list[int]]:
-            return src_ids[k], tgt_ids[k]
-
         for k, (s, t) in enumerate(zip(rows["src"], rows["tgt"])):
-            words = None if aligns is None else word_links_of(tok, aligns[k], *ids_of(k))
+            words = None
+            if aligns is not None:  # the tags modifier places its tag by them
+                words = word_links_of(tok, aligns[k], src_ids[k], tgt_ids[k])
             out = augment_pair(s, t, words, self.rates, rng)
             if out is not None:
                 part = int(np.searchsorted(self.ends, at[k], side="right"))

@@ -10,6 +10,7 @@ from seq2seq.data.batching import Batch, epoch_batches, loader, update_groups
 from seq2seq.data.corpus import lengths
 from seq2seq.errors import UserError
 from seq2seq.train.setup import Training
+from seq2seq.train.stages import part_weights
 from seq2seq.train.state import TrainState
 
 
@@ -35,7 +36,7 @@ class UpdateFeed:
         over them. Batches are a pure function of the lengths, so no process need ask."""
         tc, info = self.training.cfg.train, self.training.info
         while tc.max_epochs is None or st.epoch < tc.max_epochs:
-            batches = self.epoch_batches(st.epoch)
+            batches = self.epoch_batches(st.epoch, st.stage)
             needed = info.world_size * tc.update_freq
             if len(batches) < needed:
                 raise UserError(
@@ -88,11 +89,10 @@ class UpdateFeed:
             with_align=t.cfg.train.alignment is not None,
         )
 
-    def epoch_batches(self, epoch: int) -> list:
+    def epoch_batches(self, epoch: int, stage: int = 0) -> list:
         """One epoch's batches, directions mixed as data.pairs and data.temperature say (parts
-        of data.train by their weights)."""
+        of data.train by their weights, or the mix of the stage of train.stages)."""
         t = self.training
-        weighted = [p.weight for p in t.data.train_parts if p.weight is not None]
         return epoch_batches(
             self.src_lens,
             self.tgt_lens,
@@ -101,5 +101,5 @@ class UpdateFeed:
             epoch=epoch,
             parts=[p.rows for p in t.data.train_parts],
             temperature=t.cfg.data.temperature,
-            weights=weighted or None,
+            weights=part_weights(t.cfg, t.data.train_parts, stage),
         )

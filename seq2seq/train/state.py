@@ -24,6 +24,8 @@ class TrainState:
     best_bleu: float | None = None
     best_loss: float | None = None
     bad_evals: int = 0  # validations in a row without a new best (early stopping)
+    stage: int = 0  # which of train.stages (0 without stages)
+    stage_from: int = 0  # the step that stage started at
     stopped_by: str | None = field(default=None, compare=False)  # signal name, if any
 
 

@@ -31,6 +31,7 @@ from seq2seq.train.log import LogWindow
 from seq2seq.train.nonfinite import NonFinite
 from seq2seq.train.progress import TrainingBar
 from seq2seq.train.setup import Training, open_run, set_up
+from seq2seq.train.stages import Stages
 from seq2seq.train.state import TrainState, rng_state, snapshot
 from seq2seq.train.stopping import StopRequests
 from seq2seq.train.validation import Validator
@@ -144,6 +145,7 @@ class _Loop:
         self._last_eval_step = self._last_save_step = t.state.step if t.state.step else -1
         self.stopping = StopRequests(self.tc.max_minutes)
         self.nonfinite = NonFinite(self.tc.max_nonfinite)
+        self.stages = Stages(self.tc.stages, t.state, t.info)
 
     # ------------------------------------------------------------------ the loop
 
@@ -166,6 +168,11 @@ class _Loop:
         try:
             updates = self.feed.updates(st)
             while not stop:
+                if self.stages.ended(st, self.device):  # checked first: a resumed run too
+                    if self.stages.is_last(st):
+                        break
+                    self.stages.advance(st, self.metrics)
+                    updates = self.feed.updates(st)  # the next stage's mix
                 update = next(updates, None)
                 if update is None:
                     break  # max_epochs reached
