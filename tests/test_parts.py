@@ -6,6 +6,7 @@ rule, one after the other in one run, resumed where they stopped."""
 from __future__ import annotations
 
 import json
+import logging
 from types import SimpleNamespace
 
 import numpy as np
@@ -222,3 +223,20 @@ def test_stages_run_one_after_the_other_and_a_resumed_run_ends_where_an_unbroken
     weights = [load_file(str(run / "checkpoints" / "step_00000005.safetensors")) for run in runs]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_a_reused_tokenizer_trained_without_the_bt_token_is_said_to_cut_it(
+    tmp_path, demo_pairs, caplog
+):
+    cfg = load_config(_parts_config(tmp_path, demo_pairs))
+    plain = cfg.model_copy(deep=True)
+    plain.data.train = cfg.data.train[0]  # the original part alone trains the tokenizer
+    with caplog.at_level(logging.WARNING, logger="seq2seq.data.corpus"):
+        prepare_data(plain, False)
+        prepare_data(cfg, True)
+    (warning,) = [r.getMessage() for r in caplog.records if "cuts" in r.getMessage()]
+    assert warning.startswith("the tokenizer cuts <BT> into several pieces")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="seq2seq.data.corpus"):
+        prepare_data(cfg, False)  # trained with it: one piece, nothing to say
+    assert not [r for r in caplog.records if "cuts" in r.getMessage()]

@@ -21,7 +21,7 @@ from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from seq2seq.data.clean import clean_dataset
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.multilingual import encode_sources, encode_targets
-from seq2seq.data.parts import tagged, tokenizer_symbols
+from seq2seq.data.parts import cut_symbols, tagged, tokenizer_symbols
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, word_starts
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
@@ -608,6 +608,12 @@ def prepare_data(cfg: Config, reuse_tokenizer: bool, may_train: bool = True) -> 
         raws = [clean_dataset(raw, d.clean, pair) for raw, pair in zip(raws, langs)]
     raws = [tagged(raw, x.tag) for raw, x in zip(raws, directions)]  # cleaned without the tag
     tokenizer = _open_tokenizer(cfg, raws, reuse_tokenizer, may_train)
+    if cut := cut_symbols(tokenizer, d):
+        log.warning(
+            "the tokenizer cuts %s into several pieces (it was trained without them); the "
+            "model still sees them, in more pieces",
+            ", ".join(cut),
+        )
     log.info(
         "tokenizer: vocabulary %s%s",
         tokenizer.src_vocab_size,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datasets
 
 from seq2seq.config import DataConfig
+from seq2seq.data.multilingual import encode_sources
+from seq2seq.data.tokenizer import Tokenizer
 
 BT_TOKEN = "<BT>"  # Caswell et al. 2019: a tag tells back-translated sources from genuine ones
 # The inline tags augmentation puts around an aligned word pair: `<b>word</b>`.
@@ -34,3 +36,11 @@ def tagged(ds: datasets.Dataset, tag: str | None) -> datasets.Dataset:
     if tag != "bt":
         return ds
     return ds.map(_prefix_bt, batched=True, batch_size=10_000, desc="tagging back-translation")
+
+
+def cut_symbols(tok: Tokenizer, d: DataConfig) -> list[str]:
+    """The symbols this data needs that the tokenizer does not keep as one piece (a tokenizer
+    reused or imported from a run trained without them)."""
+    needed = tokenizer_symbols(d)
+    encoded = encode_sources(tok, needed, d.src_lang, d.tgt_lang) if needed else []
+    return [s for s, ids in zip(needed, encoded) if tok.src_pieces(ids).count(s) != 1]
