@@ -11,6 +11,7 @@ import torch
 from seq2seq.config import DecodeConfig, TokenizerConfig
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenizer import DEFAULT_IDS, EOS_ID, train_tokenizer
+from seq2seq.decode import shortlist as shortlist_module
 from seq2seq.decode.search import decode
 from seq2seq.decode.shortlist import (
     FILE_NAME,
@@ -218,3 +219,16 @@ def test_a_many_language_runs_forced_language_tags_stay_reachable(tmp_path, demo
         ids, owner, terms, firsts = flatten(sources)
         (hyps,) = translator.search(ids, owner, terms, firsts)
         assert hyps[0].tokens[0] == tag
+
+
+def test_counting_past_its_pair_budget_keeps_each_source_tokens_best_pairs(
+    tokenizer, demo_pairs, monkeypatch
+):
+    src, tgt = [a for a, _ in demo_pairs[:600]], [b for _, b in demo_pairs[:600]]
+    whole = build_shortlist(tokenizer, src, tgt, k=5, frequent=0)
+    monkeypatch.setattr(shortlist_module, "MAX_PAIRS", 1500)  # 10 pairs a source, pruned often
+    monkeypatch.setattr(shortlist_module, "CHUNK", 50)
+    pruned = build_shortlist(tokenizer, src, tgt, k=5, frequent=0)
+    seen = [s for s in range(tokenizer.src_vocab_size) if whole.table[s].ne(EOS_ID).any()]
+    same = [len(set(whole.table[s].tolist()) & set(pruned.table[s].tolist())) for s in seen]
+    assert sum(same) / (5 * len(seen)) > 0.8  # lossy: a pair pruned early restarts from 0

@@ -46,7 +46,7 @@ from seq2seq.files import atomic_write
 FILE_NAME = "shortlist.safetensors"
 FORMAT = "seq2seq-shortlist-1"
 CHUNK = 4096  # sentence pairs tokenized and counted together
-MAX_PAIRS = 1 << 22  # distinct (source, target) pairs kept while counting (64 MiB of them)
+MAX_PAIRS = 1 << 21  # distinct (source, target) pairs kept while counting (24 MiB of them)
 
 
 @dataclass(frozen=True)
@@ -162,9 +162,11 @@ class _Counts:
             skip |= set(tokenizer.languages.values())
         vs, vt = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
         empty = torch.zeros(0, dtype=torch.long)
+        if vs >= 1 << 19:  # _best_per_source packs a source id in 19 bits
+            raise UserError(f"a shortlist needs a source vocabulary under {1 << 19} ids, not {vs}")
         keep = max(2 * k, MAX_PAIRS // (2 * vs))
         zeros = [torch.zeros(n, dtype=torch.long) for n in (vs, vt, vt)]
-        return cls(frozenset(skip), *zeros, empty, empty, [], keep)
+        return cls(frozenset(skip), *zeros, empty, empty.int(), [], keep)
 
     @property
     def tgt_size(self) -> int:
@@ -183,7 +185,8 @@ class _Counts:
         self.src += torch.bincount(src_flat, minlength=self.src.numel())
         self.tgt += torch.bincount(tgt_flat, minlength=self.tgt_size)
         keys = _pair_keys(src_flat, src_len, tgt_flat, tgt_len, self.tgt_size)
-        self.pending.append(torch.unique(keys, return_counts=True))
+        keys, pairs = torch.unique(keys, return_counts=True)
+        self.pending.append((keys, pairs.int()))
         self.sentences += len(chunk)
         if sum(k.numel() for k, _ in self.pending) > MAX_PAIRS:
             self._merge()
@@ -198,7 +201,7 @@ class _Counts:
         counts = torch.cat([self.pairs] + [c for _, c in self.pending])
         self.pending = []
         self.keys, inverse = torch.unique(keys, return_inverse=True)
-        self.pairs = torch.zeros_like(self.keys).index_add_(0, inverse, counts)
+        self.pairs = torch.zeros_like(self.keys, dtype=torch.int32).index_add_(0, inverse, counts)
         if self.keys.numel() > MAX_PAIRS:
             keep = _best_per_source(self.keys, self.pairs, self, self.keep_per_source)
             self.keys, self.pairs = self.keys[keep], self.pairs[keep]
@@ -225,11 +228,13 @@ def _pair_keys(s_flat, s_len, t_flat, t_len, vt: int) -> torch.Tensor:
 def _best_per_source(keys: torch.Tensor, pairs: torch.Tensor, counts: _Counts, m: int):
     """Mask of the pairs among each source id's `m` best by Dice (ties: more co-occurrences),
     in key order."""
-    src, tgt = keys // counts.tgt_size, keys % counts.tgt_size
-    dice = 2 * pairs / (counts.src[src] + counts.tgt[tgt])
-    order = torch.argsort(pairs, descending=True, stable=True)
-    order = order[torch.argsort(dice[order], descending=True, stable=True)]
-    order = order[torch.argsort(src[order], stable=True)]  # grouped by source, best first
+    src = keys // counts.tgt_size
+    dice = 2 * pairs / (counts.src[src] + counts.tgt[keys % counts.tgt_size])
+    # One sort on a packed key (memory: one int64 per pair): source id ascending (19 bits),
+    # then Dice descending (24 bits), then the co-occurrences descending (20 bits, capped).
+    worse = ((1 - dice) * ((1 << 24) - 1)).long() << 20
+    fewer = (1 << 20) - 1 - pairs.long().clamp(max=(1 << 20) - 1)
+    order = torch.argsort((src << 44) | worse | fewer)  # grouped by source, best first
     rank = torch.arange(order.numel()) - _group_starts(src[order])
     keep = torch.zeros(keys.numel(), dtype=torch.bool)
     keep[order[rank < m]] = True
