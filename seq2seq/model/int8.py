@@ -17,11 +17,17 @@ a joint 8,000-piece vocabulary, tied embeddings; RSS of a loaded model in a fres
 - Embedding tables are int8 rows with one float32 scale per row (the same symmetric per-row
   rounding as the linears), dequantized row by row on lookup.
 - The output projection (`Int8Output`) multiplies on fbgemm's packed copy of its rows, as the
-  linears do, so its logits are today's int8 logits bit for bit. A tied one keeps the target
-  table's int8 rows as its rows (for a shortlist's subset) beside that packed copy: fbgemm's
-  packed layout cannot be gathered row by row for the embedding lookup, and the kernels that
-  read plain int8 rows are slower. torch's weight-only `_weight_int8pack_mm` took 8.7 ms for
-  one row × 256 → 8,000 (fbgemm 0.65 ms) and 387 ms for 128 rows (fbgemm 7.4 ms).
+  linears do, so its logits are the earlier int8 path's bit for bit. A tied one reads the
+  target table's int8 rows (for a shortlist's subset) and keeps that packed copy beside them:
+  fbgemm's packed layout cannot be gathered row by row for the embedding lookup, and the
+  kernels that multiply plain int8 rows are slower. On 256 → 8,000, 2 threads, quiet machine:
+  `torch._int_mm` with the activations quantized per batch took 1.15-2.1× fbgemm's time (95
+  against 45 µs at 4 rows, 263 against 212 at 32, 1,029 against 895 at 128); torch's
+  weight-only `_weight_int8pack_mm` was over 10× slower still (busy machine). Multiplying on
+  the table's rows would save the copy (enfr-small int8 run 24.0 → 21.4 MB) at that speed.
+- fbgemm's packed matrices take 5-40% more than their int8 rows (its blocking: 0.36 MB for a
+  256 → 1,024 layer's 0.25 MB, 2.7 MB for the 1.95 MB output); onednn's packing is tighter but
+  keeps the unpacked qint8 tensor beside it, two copies in all.
 - Loading builds the model's frame with its parameters on the meta device (`frame_only`) and
   reads the weights file as views of the mapped file: an int8 run's rows go straight into the
   packed copies, a float32 checkpoint's tensors are quantized one at a time (`quantized_state`),
