@@ -15,7 +15,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from seq2seq.config import CorpusConfig, StageConfig, load_config, load_run_config
+from seq2seq.config import CorpusConfig, StageConfig, check_files, load_config, load_run_config
 from seq2seq.data.batching import epoch_batches
 from seq2seq.data.corpus import prepare_data
 from seq2seq.data.parts import BT_TOKEN
@@ -240,3 +240,16 @@ def test_a_reused_tokenizer_trained_without_the_bt_token_is_said_to_cut_it(
     with caplog.at_level(logging.WARNING, logger="seq2seq.data.corpus"):
         prepare_data(cfg, False)  # trained with it: one piece, nothing to say
     assert not [r for r in caplog.records if "cuts" in r.getMessage()]
+
+
+def test_every_missing_file_of_every_part_is_named_in_one_error(tmp_path):
+    config = _parts_config(
+        tmp_path, [("a", "b")], parts=[{"src": "no.en", "tgt": "no.fr"}, {"tsv": "bt.tsv"}]
+    )
+    with pytest.raises(ConfigError) as e:
+        check_files(load_config(config), "config.yaml")
+    assert str(e.value).splitlines()[1:] == [
+        "  data.train[0].tgt: file not found: no.fr",
+        "  data.train[1].tsv: file not found: bt.tsv",
+    ]
+    assert str(e.value).splitlines()[0] == "config.yaml: data.train[0].src: file not found: no.en"
