@@ -89,26 +89,26 @@ def speed_rows(runs: dict[str, Path], src, refs, threads: int, repeats: int, out
 
 
 def size_rows(student: Path, out: Path) -> dict:
-    """The student's float32 and int8 files and the memory each adds once loaded."""
+    """The student's float32 and int8 files and the memory each adds once loaded (all resident
+    memory, and its anonymous part: the file-backed pages of a mapped checkpoint aside)."""
     from seq2seq.run.checkpoint import latest_checkpoint
 
-    ckpt = latest_checkpoint(student)
     best = student / "checkpoints" / "best.safetensors"
-    f32_file = best if best.is_file() else ckpt.weights
-    rows = {
-        "float32": {
-            "file_mb": f32_file.stat().st_size / 2**20,
-            "rss_mb": loaded_rss("seq2seq", student, "none") / 2**20,
-        },
-        "int8 (quantized at load)": {"rss_mb": loaded_rss("seq2seq", student, "int8") / 2**20},
+    f32_file = best if best.is_file() else latest_checkpoint(student).weights
+    probes = {
+        "float32": (student, "none", f32_file),
+        "int8 (quantized at load)": (student, "int8", None),
     }
     export = out / "student-int8"
     if export.is_dir():  # `seq2seq export --format int8` of the student, if made
-        files = list(export.rglob("*.safetensors"))
-        rows["int8 export"] = {
-            "file_mb": sum(f.stat().st_size for f in files) / 2**20,
-            "rss_mb": loaded_rss("seq2seq", export, "int8") / 2**20,
-        }
+        probes["int8 export"] = (export, "int8", export)
+    rows = {}
+    for name, (run, setting, files) in probes.items():
+        total, anon = loaded_rss("seq2seq", run, setting)
+        rows[name] = {"rss_mb": total / 2**20, "anon_mb": anon / 2**20}
+        if files is not None:
+            found = [files] if files.is_file() else list(files.rglob("*.safetensors"))
+            rows[name]["file_mb"] = sum(f.stat().st_size for f in found) / 2**20
     for r in rows.values():
         r["x_float32_rss"] = r["rss_mb"] / rows["float32"]["rss_mb"]
     return rows
@@ -149,7 +149,10 @@ def main() -> None:
         print(f"{name}: BLEU {bleu_test:.2f} (test half)")
     for name, r in result["size"].items():
         size = f"file {r['file_mb']:.1f} MB, " if "file_mb" in r else ""
-        print(f"{name}: {size}loaded {r['rss_mb']:.1f} MB ({r['x_float32_rss']:.2f}× float32)")
+        print(
+            f"{name}: {size}loaded {r['rss_mb']:.1f} MB, anonymous {r['anon_mb']:.1f} MB "
+            f"({r['x_float32_rss']:.2f}× float32)"
+        )
 
 
 if __name__ == "__main__":

@@ -21,5 +21,6 @@ steps=$(seq2seq info --run "$OUT/student-base" --json | python -c 'import json,s
 seq2seq distill --teacher "$OUT/teacher" -c configs/enfr-student.yaml \
     --set run_dir="$OUT/student-kd" --set train.max_steps="$steps" \
     --set train.max_minutes=$((STUDENT_MINUTES * 3)) --set train.seed=1
+seq2seq export --run "$OUT/student-kd" --format int8 "$OUT/bench/student-int8"
 python scripts/bench_distill.py --teacher "$OUT/teacher" --student "$OUT/student-kd" \
     --baseline "$OUT/student-base" --data "$DATA" --out "$OUT/bench"
