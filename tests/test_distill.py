@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import sentencepiece as spm
 
 from seq2seq.config import load_config
 from seq2seq.distill.chunks import Chunk, Part, parse_shard, plan
@@ -14,6 +15,7 @@ from seq2seq.distill.join import _filter
 from seq2seq.distill.select import closest_to_reference
 from seq2seq.errors import UserError
 from tests.factories import untrained_run
+from tests.hf_models import LAYOUTS, save_m2m100, save_marian
 from tests.runs import cli, write_parallel, write_tiny_config
 
 
@@ -187,3 +189,39 @@ def test_distill_then_trains_the_student_on_the_teachers_translations(teacher_an
     assert (run / "shortlist.safetensors").is_file()
     saved = load_config(run / "config.yaml")
     assert saved.data.train.src == (run / "distill" / "train.en").resolve()
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_model(tmp_path_factory, demo_pairs) -> Path:
+    folder = tmp_path_factory.mktemp("distill-spm")
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([t for pair in demo_pairs[:600] for t in pair]),
+        model_prefix=str(folder / "sp"),
+        model_type="bpe",
+        vocab_size=200,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return folder / "sp.model"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "family, languages", [("marian", ()), ("m2m100", ()), ("nllb", ("eng_Latn", "fra_Latn"))]
+)
+def test_teachers_we_did_not_train_distil_the_students_data(
+    family, languages, teacher_and_student, tmp_path, request, sentencepiece_model
+):
+    _, config = teacher_and_student
+    hf = tmp_path / "hf"
+    if family == "marian":
+        save_marian(
+            hf, request.getfixturevalue("marian_tokenizer"), LAYOUTS["tied-swish-bias-safetensors"]
+        )
+    else:
+        save_m2m100(hf, family, sentencepiece_model)
+    cli("--quiet", "import", "hf", hf, tmp_path / "teacher-run")
+    codes = ["--src-lang", languages[0], "--tgt-lang", languages[1]] if languages else []
+    _distill(tmp_path / "teacher-run", config, *codes)
+    report = json.loads((load_config(config).run_dir / "distill" / "report.json").read_text())
+    assert report["pairs_in"] == 23 and report["teacher"].endswith("teacher-run")
