@@ -223,8 +223,7 @@ def evaluate(
     shortlist: bool = False,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked.
-    With a `glossary` or `constraints` (target terms per line), the report has the term use;
-    `shortlist`: decode scoring only the run's lexical shortlist."""
+    With a `glossary` or `constraints` (terms per line) the report has the term use."""
     run_dir = Path(run_dir)
     base_report = _read_baseline(baseline) if baseline else None
     sources, references, name, described = _test_set(run_dir, split, src_file, ref_file, hub)
@@ -232,9 +231,7 @@ def evaluate(
         raise UserError(f"nothing to evaluate: {described} is empty")
     if base_report is not None:
         _check_same_references(base_report, references, baseline)
-
-    if constraints is not None and len(constraints) != len(sources):
-        raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
+    _check_constraints(constraints, sources)
     languages = {"src_lang": src_lang, "tgt_lang": tgt_lang}
     translator, used = load_translator(
         run_dir,
@@ -262,14 +259,28 @@ def evaluate(
         terms = constraints or [glossary.terms_in(line) for line in sources]
         report["terminology"] = term_use(hypotheses, terms)
     if base_report is not None:
-        c = paired_bootstrap(base_report["hypotheses"], hypotheses, references)
-        report["comparison"] = {"baseline_report": str(baseline), **c.__dict__}
-        report["comparison"]["significant"] = c.significant
+        report["comparison"] = _comparison(base_report, hypotheses, references, baseline)
     path = Path(report_path) if report_path else out_dir / f"{name}.json"
+    _write_report(report, path)
+    return report
+
+
+def _check_constraints(constraints: list[list[str]] | None, sources: list[str]) -> None:
+    if constraints is not None and len(constraints) != len(sources):
+        raise UserError(f"{len(constraints)} lines of constraints for {len(sources)} sources")
+
+
+def _comparison(base_report: dict, hypotheses: list[str], references: list[str], baseline) -> dict:
+    """The paired bootstrap against an earlier report's hypotheses on the same references."""
+    c = paired_bootstrap(base_report["hypotheses"], hypotheses, references)
+    return {"baseline_report": str(baseline), **c.__dict__, "significant": c.significant}
+
+
+def _write_report(report: dict[str, Any], path: Path) -> None:
+    """The JSON report, atomically; `report["report"]` says where it went."""
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     report["report"] = str(path)
-    return report
 
 
 def _scores(translator, sources, hypotheses, references) -> dict[str, Any]:

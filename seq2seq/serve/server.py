@@ -116,14 +116,7 @@ def serve(
         sock.close()
         raise
     _announce(cfg, info, path, sock)
-    for _, other, other_path in extra:
-        log.info(
-            "also serving %s (%s→%s, %s)",
-            other["name"],
-            other["source_language"],
-            other["target_language"],
-            other_path.name,
-        )
+    _announce_extra(extra)
     config = uvicorn.Config(
         app,
         log_level="warning" if quiet else "info",
@@ -145,6 +138,18 @@ def serve(
     if not server.started:
         raise UserError("the server did not start (see the messages above)")
     log.info("stopped")
+
+
+def _announce_extra(extra: list) -> None:
+    """One log line for each model served beside the first."""
+    for _, other, other_path in extra:
+        log.info(
+            "also serving %s (%s→%s, %s)",
+            other["name"],
+            other["source_language"],
+            other["target_language"],
+            other_path.name,
+        )
 
 
 def _load_extra(run_dir: Path, device: str, terms, shortlist: bool, cfg: ServeConfig):
