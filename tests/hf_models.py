@@ -32,6 +32,20 @@ LAYOUTS = {
 }
 
 
+def bpe_model(folder: Path, pairs: list[tuple[str, str]]) -> Path:
+    """A 200-piece BPE SentencePiece model of both sides of `pairs`, as the hub's M2M100/NLLB
+    tokenizers are built on."""
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter([t for pair in pairs for t in pair]),
+        model_prefix=str(folder / "sp"),
+        model_type="bpe",
+        vocab_size=200,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    return folder / "sp.model"
+
+
 def needs_transformers():
     """The transformers module, or a skip of the test asking: it is an optional dependency."""
     return pytest.importorskip(

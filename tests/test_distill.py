@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 
 from seq2seq.config import load_config
 from seq2seq.distill.chunks import Chunk, Part, parse_shard, plan
@@ -15,7 +14,7 @@ from seq2seq.distill.join import _filter
 from seq2seq.distill.select import closest_to_reference
 from seq2seq.errors import UserError
 from tests.factories import untrained_run
-from tests.hf_models import LAYOUTS, save_m2m100, save_marian
+from tests.hf_models import LAYOUTS, bpe_model, save_m2m100, save_marian
 from tests.runs import cli, write_parallel, write_tiny_config
 
 
@@ -193,16 +192,7 @@ def test_distill_then_trains_the_student_on_the_teachers_translations(teacher_an
 
 @pytest.fixture(scope="module")
 def sentencepiece_model(tmp_path_factory, demo_pairs) -> Path:
-    folder = tmp_path_factory.mktemp("distill-spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([t for pair in demo_pairs[:600] for t in pair]),
-        model_prefix=str(folder / "sp"),
-        model_type="bpe",
-        vocab_size=200,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    return folder / "sp.model"
+    return bpe_model(tmp_path_factory.mktemp("distill-spm"), demo_pairs[:600])
 
 
 @pytest.mark.slow

@@ -14,7 +14,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
 
 from seq2seq.config import load_run_config
@@ -23,7 +22,7 @@ from seq2seq.data.corpus import prepare_data
 from seq2seq.decode.search import decode
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
-from tests.hf_models import save_m2m100
+from tests.hf_models import bpe_model, save_m2m100
 from tests.runs import cli, write_parallel
 
 transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -50,17 +49,7 @@ CAP = 24
 
 @pytest.fixture(scope="module")
 def sentencepiece_model(tmp_path_factory, demo_pairs) -> Path:
-    folder = tmp_path_factory.mktemp("spm")
-    texts = [t for pair in demo_pairs[:600] for t in pair]
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter(texts),
-        model_prefix=str(folder / "sp"),
-        model_type="bpe",
-        vocab_size=200,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    return folder / "sp.model"
+    return bpe_model(tmp_path_factory.mktemp("spm"), demo_pairs[:600])
 
 
 @pytest.fixture(scope="module", params=list(FAMILIES))

@@ -15,7 +15,6 @@ import re
 from pathlib import Path
 
 import pytest
-import sentencepiece as spm
 import torch
 
 from seq2seq.data.batching import pad, padding_mask
@@ -25,7 +24,7 @@ from seq2seq.decode.step import next_token_scores, start
 from seq2seq.decode.translator import Translator, flatten, load_translator
 from seq2seq.errors import UserError
 from tests.factories import untrained_run
-from tests.hf_models import LAYOUTS, save_m2m100, save_marian
+from tests.hf_models import LAYOUTS, bpe_model, save_m2m100, save_marian
 from tests.runs import cli, train_from, write_tiny_config
 
 TOLERANCE = 1e-4
@@ -41,16 +40,7 @@ def trained_run(tmp_path_factory, demo_pairs) -> Path:
 
 @pytest.fixture(scope="module")
 def sentencepiece_model(tmp_path_factory, demo_pairs) -> Path:
-    folder = tmp_path_factory.mktemp("score-spm")
-    spm.SentencePieceTrainer.train(
-        sentence_iterator=iter([t for pair in demo_pairs[:600] for t in pair]),
-        model_prefix=str(folder / "sp"),
-        model_type="bpe",
-        vocab_size=200,
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    return folder / "sp.model"
+    return bpe_model(tmp_path_factory.mktemp("score-spm"), demo_pairs[:600])
 
 
 @pytest.fixture(scope="module", params=["own", "marian", "m2m100", "nllb"])
