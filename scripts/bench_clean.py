@@ -120,6 +120,16 @@ def removed_by(pairs, out: Path) -> list[str | None]:
     return found
 
 
+def write_noisy(folder: Path, pairs, kinds) -> None:
+    """The noisy corpus as line-aligned files, with each line's noise kind beside it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for side, lang in ((0, "en"), (1, "fr")):
+        text = "".join(p[side] + "\n" for p in pairs)
+        (folder / f"noisy.{lang}").write_text(text, encoding="utf-8")
+    (folder / "kinds.txt").write_text("".join(k + "\n" for k in kinds), encoding="utf-8")
+    print(f"{len(pairs):,} pairs, {sum(k != 'clean' for k in kinds):,} noisy -> {folder}")
+
+
 def main() -> None:
     """Inject, clean, print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -127,11 +137,21 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--rate", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument(
+        "--write",
+        type=Path,
+        help="instead: write the noisy corpus (noisy.en, noisy.fr, kinds.txt) there and stop; "
+        "--pairs 0 takes the whole train split",
+    )
     args = parser.parse_args()
     en, fr = read(args.data / "train.en"), read(args.data / "train.fr")
-    sample = sorted(random.Random(args.seed).sample(range(len(en)), args.pairs))
-    en, fr = [en[i] for i in sample], [fr[i] for i in sample]
+    if args.pairs:
+        sample = sorted(random.Random(args.seed).sample(range(len(en)), args.pairs))
+        en, fr = [en[i] for i in sample], [fr[i] for i in sample]
     pairs, kinds = inject(en, fr, args.rate, args.seed)
+    if args.write:
+        write_noisy(args.write, pairs, kinds)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-clean-") as tmp:
         folder = Path(tmp)
         for side, lang in ((0, "en"), (1, "fr")):
