@@ -18,8 +18,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seq2seq.decode.translator import load_translator
+from seq2seq.errors import UserError
 from seq2seq.serve import langs
 from seq2seq.serve.app import ServeConfig, create_app, run_info
+from seq2seq.serve.keys import NO_CHARACTER_LIMIT, KeyLimits, read_keys
 from seq2seq.serve.server import listening_socket
 from tests.factories import untrained_pairs_run, untrained_run
 
@@ -28,7 +30,7 @@ uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installe
 # Every test starts a server and decodes.
 pytestmark = pytest.mark.slow
 
-KEY, LIMITED = "secret-key", "limited-key"
+KEY, LIMITED, METERED = "secret-key", "limited-key", "metered-key"
 
 
 def _identify(texts: list[str]) -> list[tuple[str, float]]:
@@ -84,9 +86,9 @@ def server(run):
 @pytest.fixture(scope="module")
 def keyed(run, tmp_path_factory):
     """A server whose LibreTranslate and DeepL routes need a key; LIMITED may ask twice a
-    minute."""
+    minute, METERED have 20 characters translated."""
     keys = tmp_path_factory.mktemp("keys") / "keys.txt"
-    keys.write_text(f"# who may call\n{KEY}\n{LIMITED} 2\n")
+    keys.write_text(f"# who may call\n{KEY}\n{LIMITED} 2\n{METERED} characters=20\n")
     s = _start(run, api_keys=keys)
     yield s
     s.stop()
@@ -395,6 +397,55 @@ def test_the_deepl_routes_need_the_auth_key_header_when_keys_are_set(keyed):
     assert good.text
 
 
+def test_the_deepl_clients_usage_counts_the_characters_translated_since_start(server):
+    import deepl
+
+    client = deepl.Translator("any-key", server_url=server.url)
+    before = client.get_usage().character
+    assert before.limit == NO_CHARACTER_LIMIT and not before.limit_reached
+    client.translate_text(["It is five.", "I have two cats."], target_lang="FR")
+    assert client.get_usage().character.count == before.count + len("It is five.") + 16
+    posted = server.client.post("/v2/usage", data={"auth_key": "any-key"}).json()
+    assert posted == {"character_count": before.count + 27, "character_limit": NO_CHARACTER_LIMIT}
+
+
+def test_a_key_past_its_character_limit_is_refused_456_by_deepl_and_429_by_libretranslate(keyed):
+    import deepl
+
+    client = deepl.Translator(METERED, server_url=keyed.url)
+    assert str(client.get_usage().character) == "0 of 20"
+    client.translate_text("I have two cats.", target_lang="FR")  # 16 characters
+    lt = {"q": "It is five.", "source": "en", "target": "fr", "api_key": METERED}
+    assert keyed.client.post("/translate", json=lt).status_code == 200  # 27: counted after
+    assert client.get_usage().character.count == 27  # its own, not the other keys'
+    assert client.get_usage().character.limit_reached
+    with pytest.raises(deepl.QuotaExceededException):
+        client.translate_text("x", target_lang="FR")
+    refused = keyed.client.post("/translate", json=lt)
+    assert refused.status_code == 429 and "character limit" in refused.json()["error"]
+    assert deepl.Translator(KEY, server_url=keyed.url).get_usage().character.limit == (
+        NO_CHARACTER_LIMIT
+    )
+    with pytest.raises(deepl.AuthorizationException):
+        deepl.Translator("nope", server_url=keyed.url).get_usage()
+
+
+@pytest.mark.parametrize(
+    "line", ["k 0", "k 2 3", "k characters=", "k characters=-5", "k chars=5", "k 2 characters=5 x"]
+)
+def test_a_keys_file_line_with_bad_limits_is_one_error_naming_it(tmp_path, line):
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"good 5 characters=100\n{line}\n")
+    with pytest.raises(UserError, match="line 2: expected a key"):
+        read_keys(keys)
+    keys.write_text("good 5 characters=100\nopen\nmetered characters=7\n")
+    assert read_keys(keys) == {
+        "good": KeyLimits(5, 100),
+        "open": KeyLimits(),
+        "metered": KeyLimits(None, 7),
+    }
+
+
 # Bad input, whatever it is
 
 
@@ -481,6 +532,11 @@ def test_several_models_are_listed_and_each_request_goes_to_the_model_of_its_pai
     try:
         models = server.client.get("/models").json()
         assert [m["pairs"] for m in models] == [[["en", "fr"]], [["en", "fr"], ["fr", "en"]]]
+        info = server.client.get("/info").json()
+        assert [m["name"] for m in info["models"]] == [m["name"] for m in models]
+        assert [m["run_dir"] for m in info["models"]] == [str(run.resolve()), str(both.resolve())]
+        assert info["name"] == run.name  # the first model's /info, as before
+        assert info["models"][1]["languages"] != info["models"][0]["languages"]
         assert all(m["memory_mb"] > 0 for m in models)
         second = models[1]["metrics"]
         assert second.startswith("/metrics/")
@@ -505,6 +561,12 @@ def test_several_models_are_listed_and_each_request_goes_to_the_model_of_its_pai
         assert _sentences(server, second) == 3 and _sentences(server, "/metrics") == 0
         plain = server.client.post("/translate", json={"text": "It is five."})
         assert plain.status_code == 200 and _sentences(server, "/metrics") == 1
+        named = server.client.post(
+            "/translate", json={"text": "It is five.", "model": models[1]["name"]}
+        )
+        assert named.status_code == 200 and _sentences(server, second) == 4
+        unknown = server.client.post("/translate", json={"text": "It is five.", "model": "nope"})
+        assert unknown.status_code == 422 and unknown.json()["field"] == "model"
         assert server.client.get("/metrics/nope").status_code == 404
     finally:
         server.stop()

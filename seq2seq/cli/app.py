@@ -585,7 +585,8 @@ def serve(
         typer.Option(
             "--api-keys",
             help="Keys file for the LibreTranslate and DeepL routes: one key a line, optionally "
-            "followed by its requests a minute. Without it, those routes need no key.",
+            "followed by its requests a minute and characters=N (its character limit, as "
+            "/v2/usage reports it). Without it, those routes need no key.",
         ),
     ] = None,
 ) -> None:

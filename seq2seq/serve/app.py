@@ -217,7 +217,7 @@ def create_app(
     )
     app.add_middleware(CountRequests, metrics=metrics)
     _add_error_handler(app)
-    _add_status_routes(app, info, state, metrics)
+    _add_status_routes(app, models.described(), state, metrics)
     _add_model_routes(app, models)
     keys = KeyCheck(read_keys(cfg.api_keys) if cfg.api_keys else None)
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
@@ -286,7 +286,8 @@ def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -
 
     @app.get("/info")
     async def get_info():
-        """The model: name, languages, checkpoint, shape, default decoding, limits."""
+        """The (first) model: name, languages, checkpoint, shape, default decoding, limits;
+        `models`: the same for every model loaded."""
         return info
 
     @app.get("/metrics")
@@ -454,7 +455,8 @@ class Engine:
 class Models:
     """The models loaded, each an Engine with its own batcher and metrics. The first answers
     the native route; a request naming a pair only another serves goes to the first of them
-    that serves it (LibreTranslate's and DeepL's always go by their pair)."""
+    that serves it, one naming a `model` to that model (LibreTranslate's and DeepL's always go
+    by their pair)."""
 
     def __init__(self, engines: list[Engine]):
         self.engines = engines
@@ -484,6 +486,13 @@ class Models:
                 return engine
         return None
 
+    def named(self, name: str) -> Engine:
+        """The model a request names (as GET /models lists it), else a 422."""
+        if name not in self.names:
+            listed = ", ".join(self.names)
+            raise RequestError(422, "model", f"no model named {name!r} is loaded ({listed})")
+        return self.engines[self.names.index(name)]
+
     def native_preparer(self):
         """What a worker thread makes of a native /translate body: the model it goes to, the
         request parsed with that model's defaults, and its checked, encoded sources."""
@@ -491,12 +500,23 @@ class Models:
 
         def prepare(body: bytes) -> tuple[Engine, TranslateRequest, list[Source]]:
             req = parse_translate_request(body, limits, first.translator.decode)
-            engine = self.elsewhere(req.source_lang, req.target_lang) or first
+            if req.model is not None:
+                engine = self.named(req.model)
+            else:
+                engine = self.elsewhere(req.source_lang, req.target_lang) or first
             if engine is not first:  # its own defaults fill what the request leaves out
                 req = parse_translate_request(body, limits, engine.translator.decode)
             return (engine, *engine.check(req))
 
         return prepare
+
+    def described(self) -> dict:
+        """What GET /info answers: the first model's /info, and `models`, every loaded model's
+        /info under the name GET /models gives it."""
+        return {
+            **self.info,
+            "models": [{**e.info, "name": n} for n, e in zip(self.names, self.engines)],
+        }
 
     def listing(self) -> list[dict]:
         """What GET /models answers: each model's name, run, pairs, parameters and memory."""

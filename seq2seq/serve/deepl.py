@@ -38,9 +38,9 @@ def refusal(e: RequestError):
     return _message(400, e.message)
 
 
-def authorize(keys: KeyCheck, request, fields: dict | None = None) -> None:
-    """`Authorization: DeepL-Auth-Key KEY` (or the old `auth_key` field): a missing or
-    unknown key is a 403, a key over its requests a minute a 429."""
+def authorize(keys: KeyCheck, request, fields: dict | None = None) -> str | None:
+    """The request's key, checked: `Authorization: DeepL-Auth-Key KEY` (or the old `auth_key`
+    field); a missing or unknown key is a 403, a key over its requests a minute a 429."""
     header = request.headers.get("authorization", "")
     key = header[len("DeepL-Auth-Key ") :].strip() if header.startswith("DeepL-Auth-Key ") else None
     if key is None and fields and isinstance(fields.get("auth_key"), str):
@@ -50,6 +50,7 @@ def authorize(keys: KeyCheck, request, fields: dict | None = None) -> None:
         raise RequestError(403, "auth_key", "Authorization failure, check auth_key")
     if why is not None:
         raise RequestError(429, "auth_key", f"Too many requests ({why})")
+    return key
 
 
 def served_code(code: str, codes: list[str]) -> str | None:
@@ -145,6 +146,24 @@ def add_routes(app, models, keys: KeyCheck) -> None:
     _add_translate_route(app, models, keys, store)
     _add_language_routes(app, models, keys)
     _add_glossary_routes(app, models, keys, store)
+    _add_usage_route(app, models, keys)
+
+
+def _add_usage_route(app, models, keys: KeyCheck) -> None:
+    from fastapi import Request  # the optional `serve` extra
+
+    @app.api_route("/v2/usage", methods=["GET", "POST"])
+    async def usage(request: Request):
+        """DeepL: the characters translated for this key since the server started, and its
+        character limit (the keys file's `characters=N`, else one no server reaches)."""
+        try:
+            body = await read_body(request, MAX_BODY, models.limits.body_timeout_s)
+            fields = body_fields(body, request.headers.get("content-type", ""))
+            key = authorize(keys, request, fields)
+        except RequestError as e:
+            return refusal(e)
+        count, limit = keys.usage(key)
+        return {"character_count": count, "character_limit": limit}
 
 
 def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> None:
@@ -159,7 +178,11 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
         try:
             body = await read_body(request, min(MAX_BODY, limits.max_bytes), limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
-            authorize(keys, request, fields)
+            key = authorize(keys, request, fields)
+            if keys.out_of_characters(key):
+                raise RequestError(
+                    456, "auth_key", "Quota exceeded. The character limit has been reached."
+                )
             source, target = _languages(models, fields)
             texts = _texts(fields)
             given = source
@@ -174,6 +197,7 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
             return Response(status_code=400)  # nobody is left to read it
         except RequestError as e:
             return refusal(e)
+        keys.charge(key, sum(map(len, texts)))
         code = deepl_code(source)
         return {
             "translations": [

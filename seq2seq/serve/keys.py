@@ -1,48 +1,91 @@
-"""API keys for the LibreTranslate and DeepL routes: an optional keys file, and each key's
-request limit over a sliding minute."""
+"""API keys for the LibreTranslate and DeepL routes: an optional keys file, each key's request
+limit over a sliding minute, and the characters each key has had translated since the server
+started (DeepL's /v2/usage), up to its character limit."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from seq2seq.errors import UserError
 
 WINDOW_S = 60.0
+# The character limit /v2/usage reports where the keys file sets none: DeepL's clients want a
+# number, and one no server will reach reads as "unlimited" to them.
+NO_CHARACTER_LIMIT = 10**12
+CHARACTERS = "characters="
 
 
-def read_keys(path: Path) -> dict[str, int | None]:
-    """A keys file: one key a line, optionally followed by its requests a minute (no number:
-    unlimited); blank lines and `#` comments are skipped. A bad line is one UserError."""
+@dataclass(frozen=True)
+class KeyLimits:
+    """One key's limits: requests a minute and characters since start (None: unlimited)."""
+
+    per_minute: int | None = None
+    characters: int | None = None
+
+
+def _positive(word: str) -> int | None:
+    """The positive whole number a word is, else None."""
+    return int(word) if word.isdigit() and int(word) > 0 else None
+
+
+def _key_limits(words: list[str]) -> KeyLimits | None:
+    """A keys-file line's limits after its key (`[REQUESTS] [characters=N]`), or None if bad."""
+    per_minute = characters = None
+    rest = list(words)
+    if rest and not rest[0].startswith(CHARACTERS):
+        per_minute = _positive(rest.pop(0))
+        if per_minute is None:
+            return None
+    if rest:
+        word = rest.pop(0)
+        characters = _positive(word[len(CHARACTERS) :]) if word.startswith(CHARACTERS) else None
+        if characters is None:
+            return None
+    return None if rest else KeyLimits(per_minute, characters)
+
+
+def read_keys(path: Path) -> dict[str, KeyLimits]:
+    """A keys file: one key a line, optionally followed by its requests a minute and by
+    `characters=N`, its character limit (no number: unlimited); blank lines and `#` comments
+    are skipped. A bad line is one UserError."""
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as e:
         raise UserError(f"--api-keys {path}: cannot read it ({e})") from None
-    keys: dict[str, int | None] = {}
+    keys: dict[str, KeyLimits] = {}
     for number, line in enumerate(lines, 1):
         words = line.split("#", 1)[0].split()
         if not words:
             continue
-        if len(words) > 2 or (len(words) == 2 and not (words[1].isdigit() and int(words[1]))):
+        limits = _key_limits(words[1:])
+        if limits is None:
             raise UserError(
                 f"--api-keys {path}, line {number}: expected a key and optionally its requests "
-                "a minute (a positive whole number)"
+                "a minute (a positive whole number) and characters=N (its character limit)"
             )
         if words[0] in keys:
             raise UserError(f"--api-keys {path}, line {number}: the key is given twice")
-        keys[words[0]] = int(words[1]) if len(words) == 2 else None
+        keys[words[0]] = limits
     if not keys:
         raise UserError(f"--api-keys {path}: holds no key")
     return keys
 
 
 class KeyCheck:
-    """Who may call: anyone when there are no keys, else holders of a key within its limit."""
+    """Who may call: anyone when there are no keys, else holders of a key within its limits;
+    and the characters translated for each key (for everyone together when there are none)."""
 
-    def __init__(self, keys: dict[str, int | None] | None, clock=time.monotonic):
+    def __init__(self, keys: dict[str, KeyLimits] | None, clock=time.monotonic):
         self.keys, self.clock = keys, clock
         self.seen: dict[str, deque] = {}
+        # Counted for known keys only (or one count when open), so that clients inventing keys
+        # cannot grow it.
+        self.used: dict[str | None, int] = {}
+        self._lock = threading.Lock()
 
     @property
     def required(self) -> bool:
@@ -58,7 +101,7 @@ class KeyCheck:
             return "missing"
         if key not in self.keys:
             return "invalid"
-        limit = self.keys[key]
+        limit = self.keys[key].per_minute
         if limit is None:
             return None
         now, seen = self.clock(), self.seen.setdefault(key, deque())
@@ -68,3 +111,23 @@ class KeyCheck:
             return f"{limit} per 1 minute"
         seen.append(now)
         return None
+
+    def _holder(self, key: str | None) -> str | None:
+        return key if self.keys is not None else None
+
+    def usage(self, key: str | None) -> tuple[int, int]:
+        """(characters translated since start, character limit) of a key that passed `check`."""
+        limits = self.keys.get(key) if self.keys is not None else None
+        limit = limits.characters if limits is not None else None
+        return self.used.get(self._holder(key), 0), limit or NO_CHARACTER_LIMIT
+
+    def out_of_characters(self, key: str | None) -> bool:
+        """Whether the key has used up its character limit."""
+        count, limit = self.usage(key)
+        return count >= limit
+
+    def charge(self, key: str | None, characters: int) -> None:
+        """Count characters translated for a key that passed `check`."""
+        holder = self._holder(key)
+        with self._lock:
+            self.used[holder] = self.used.get(holder, 0) + characters

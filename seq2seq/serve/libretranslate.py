@@ -60,16 +60,19 @@ def refusal(e: RequestError):
     return _error(400, f"Invalid request: {e.message}")
 
 
-def authorize(keys: KeyCheck, fields: dict) -> None:
-    """A missing or unknown key is a 403; a key over its requests a minute is a 429."""
+def authorize(keys: KeyCheck, fields: dict) -> str | None:
+    """The request's key, checked: a missing or unknown key is a 403; a key over its requests
+    a minute is a 429."""
     key = fields.get("api_key")
-    why = keys.check(key if isinstance(key, str) else None)
+    key = key if isinstance(key, str) else None
+    why = keys.check(key)
     if why == "missing":
         raise RequestError(403, "api_key", NEED_KEY)
     if why == "invalid":
         raise RequestError(403, "api_key", "Invalid API key")
     if why is not None:
         raise RequestError(429, "api_key", f"Slowdown: {why}")
+    return key
 
 
 def _texts(fields: dict) -> tuple[list[str], bool]:
@@ -234,7 +237,9 @@ def translate_handler(models, keys: KeyCheck):
     async def translate(request, body: bytes):
         try:
             fields = body_fields(body, request.headers.get("content-type", ""))
-            authorize(keys, fields)
+            key = authorize(keys, fields)
+            if keys.out_of_characters(key):
+                raise RequestError(429, "api_key", "Slowdown: the key's character limit is used up")
             texts, single = _texts(fields)
             source, target = _required(fields, "source"), _required(fields, "target")
             language_pair(models, source, target)
@@ -250,6 +255,7 @@ def translate_handler(models, keys: KeyCheck):
             return Response(status_code=400)  # nobody is left to read it
         except RequestError as e:
             return refusal(e)
+        keys.charge(key, sum(map(len, texts)))
         return JSONResponse(answer(req, results, single, language))
 
     return translate

@@ -15,7 +15,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 KNOWN_PATHS = (
     *("/translate", "/health", "/ready", "/metrics", "/info", "/docs", "/openapi.json"),
     *("/", "/models", "/languages", "/detect", "/frontend/settings"),  # the page, LibreTranslate
-    *("/v2/translate", "/v2/languages", "/v2/glossaries"),  # DeepL
+    *("/v2/translate", "/v2/languages", "/v2/glossaries", "/v2/usage"),  # DeepL
 )
 
 

@@ -73,6 +73,11 @@ class TranslateBody(BaseModel):
     target_lang: str | None = Field(
         None, description="Target language of a many-language model (run's default)."
     )
+    model: str | None = Field(
+        None,
+        description="The loaded model to translate with, by its name in GET /models (default: "
+        "the first that serves the request's languages).",
+    )
     format: Literal["text", "html", "xml"] | None = Field(
         None,
         description="`html` or `xml`: the texts carry inline tags and placeholders ({name}, %s), "
@@ -92,6 +97,7 @@ class TranslateRequest:
     target_lang: str | None = None
     # With format html or xml: each line's markup, taken out of `lines` (which hold the text).
     marked: list | None = None
+    model: str | None = None  # the loaded model the client named
 
 
 def _field(loc: tuple) -> str:
@@ -182,7 +188,14 @@ def parse_translate_request(
         marked = _markup(lines, req.format, name, single)
         lines = [m.text for m in marked]
     return TranslateRequest(
-        lines, single, options, pairs, req.source_lang, req.target_lang, marked=marked
+        lines,
+        single,
+        options,
+        pairs,
+        req.source_lang,
+        req.target_lang,
+        marked=marked,
+        model=req.model,
     )
 
 
