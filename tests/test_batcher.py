@@ -269,3 +269,18 @@ def test_batch_reports_count_requests_lines_and_tokens(decoder):
         f.result(5)
     batcher.stop()
     assert [(r.requests, r.lines, r.tokens) for r in reports] == [(2, 3, 7)]
+
+
+def test_a_batch_report_says_how_long_decoding_went_on_after_a_request_was_abandoned(decoder):
+    reports = []
+    decoder.release.clear()
+    batcher = Batcher(decoder, BatchLimits(window_s=0.05), reports.append).start()
+    gone, kept = batcher.submit(["a"], GREEDY, 1), batcher.submit(["b"], GREEDY, 1)
+    assert decoder.started.wait(5)
+    gone.abandon()
+    time.sleep(0.2)  # the decoder goes on for 0.2 s after the client left
+    decoder.release.set()
+    kept.result(5)
+    batcher.stop()
+    ((late,),) = [r.abandoned_s for r in reports]
+    assert 0.2 <= late < 2

@@ -47,6 +47,8 @@ class BatchReport:
     tokens: int
     seconds: float
     options: DecodeConfig
+    # For each request abandoned while the batch decoded: seconds the decoding went on after.
+    abandoned_s: tuple[float, ...] = ()
 
 
 class QueueFull(Exception):
@@ -76,10 +78,12 @@ class JobFuture(Future):
     """A request's future; `abandon()` when nobody waits for it any more."""
 
     abandoned = False
+    abandoned_at: float | None = None  # time.perf_counter() when abandoned while running
 
     def abandon(self) -> None:
         """Cancel it if still queued, else let its decoding stop at the next poll."""
         if not self.cancel():
+            self.abandoned_at = time.perf_counter()
             self.abandoned = True
 
 
@@ -284,15 +288,23 @@ class Batcher:
             log.exception("decoding a request of %d lines failed", len(lines))
             group[0].future.set_exception(e)  # its caller hears of it; the worker goes on
             return
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
         speed = sum(job.segments for job in group) / max(seconds, 1e-9)
         self._segments_per_s = (
             speed if self._segments_per_s == 0 else 0.8 * self._segments_per_s + (0.2 * speed)
         )
         if self._on_batch is not None:  # before the answers, so metrics never lag them
             tokens = sum(job.tokens for job in group)
-            self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options))
+            late = _decoded_after_abandon(group, end)
+            self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options, late))
         at = 0
         for job in group:
             job.future.set_result(results[at : at + len(job.lines)])
             at += len(job.lines)
+
+
+def _decoded_after_abandon(group: list[_Job], end: float) -> tuple[float, ...]:
+    """Seconds the group's decoding went on after each request abandoned during it."""
+    times = (job.future.abandoned_at for job in group)
+    return tuple(end - at for at in times if at is not None and at <= end)

@@ -56,6 +56,13 @@ class ServerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+        self.abandoned_decoding = Histogram(
+            "seq2seq_abandoned_decode_seconds",
+            "Seconds a batch went on decoding after a request in it was abandoned (its client "
+            "gone or its timeout passed).",
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
         self.rejected = Counter(
             "seq2seq_queue_full", "Requests refused because the queue was full.", registry=r
         )
@@ -82,6 +89,8 @@ class ServerMetrics:
         self.batch_sentences.observe(report.lines)
         self.batch_requests.observe(report.requests)
         self.batch_seconds.observe(report.seconds)
+        for seconds in report.abandoned_s:
+            self.abandoned_decoding.observe(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
