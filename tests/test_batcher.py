@@ -284,3 +284,12 @@ def test_a_batch_report_says_how_long_decoding_went_on_after_a_request_was_aband
     batcher.stop()
     ((late,),) = [r.abandoned_s for r in reports]
     assert 0.2 <= late < 2
+
+
+def test_a_batch_report_names_its_requests_group(decoder):
+    reports = []
+    batcher = Batcher(decoder, BatchLimits(window_s=0.05), reports.append).start()
+    plain, terms = batcher.submit(["a"], GREEDY, 1), batcher.submit(["b"], GREEDY, 1, group="terms")
+    plain.result(5), terms.result(5)
+    batcher.stop()
+    assert sorted(r.group for r in reports) == ["", "terms"]

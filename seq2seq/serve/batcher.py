@@ -49,6 +49,7 @@ class BatchReport:
     options: DecodeConfig
     # For each request abandoned while the batch decoded: seconds the decoding went on after.
     abandoned_s: tuple[float, ...] = ()
+    group: str = ""  # the callers' group (serve: "", "terms" or "markup")
 
 
 class QueueFull(Exception):
@@ -262,10 +263,10 @@ class Batcher:
         groups: dict[tuple[str, DecodeConfig], list[_Job]] = {}
         for job in jobs:
             groups.setdefault((job.group, job.options), []).append(job)
-        for (_, options), group in groups.items():
-            self._decode_group(options, group)
+        for (name, options), group in groups.items():
+            self._decode_group(options, group, name)
 
-    def _decode_group(self, options: DecodeConfig, group: list[_Job]) -> None:
+    def _decode_group(self, options: DecodeConfig, group: list[_Job], name: str = "") -> None:
         """Decode the group in one call; should that fail, each request on its own, so that
         one request's bad input (a NaN, an error) fails that request alone."""
         lines = [line for job in group for line in job.lines]
@@ -283,7 +284,7 @@ class Batcher:
                     e,
                 )
                 for job in group:
-                    self._decode_group(options, [job])
+                    self._decode_group(options, [job], name)
                 return
             log.exception("decoding a request of %d lines failed", len(lines))
             group[0].future.set_exception(e)  # its caller hears of it; the worker goes on
@@ -297,7 +298,8 @@ class Batcher:
         if self._on_batch is not None:  # before the answers, so metrics never lag them
             tokens = sum(job.tokens for job in group)
             late = _decoded_after_abandon(group, end)
-            self._on_batch(BatchReport(len(group), len(lines), tokens, seconds, options, late))
+            report = BatchReport(len(group), len(lines), tokens, seconds, options, late, name)
+            self._on_batch(report)
         at = 0
         for job in group:
             job.future.set_result(results[at : at + len(job.lines)])

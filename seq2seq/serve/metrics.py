@@ -59,7 +59,8 @@ class ServerMetrics:
         self.abandoned_decoding = Histogram(
             "seq2seq_abandoned_decode_seconds",
             "Seconds a batch went on decoding after a request in it was abandoned (its client "
-            "gone or its timeout passed).",
+            "gone or its timeout passed), by the batch's work: plain, terms or markup.",
+            ["work"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -90,7 +91,7 @@ class ServerMetrics:
         self.batch_requests.observe(report.requests)
         self.batch_seconds.observe(report.seconds)
         for seconds in report.abandoned_s:
-            self.abandoned_decoding.observe(seconds)
+            self.abandoned_decoding.labels(report.group or "plain").observe(seconds)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
