@@ -139,10 +139,21 @@ class AugmentConfig(_Strict):
         description="Inline tags (`<b>…</b>`) around an aligned word pair, placed by the "
         "corpus's word alignments; without them around both whole sentences (0.005).",
     )
+    terms: Share = Field(
+        0.0,
+        description="Terminology (Dinu et al. 2019): dictionary terms found on both sides of "
+        "a pair annotated in its source, `word <t> mot </t>`, each with probability 0.5 (at "
+        "least one), so the model learns to place terms annotated so at inference (0.3).",
+    )
+    term_dictionary: Path | None = Field(
+        None,
+        description="The terms' `source<TAB>target` file; unset, a dictionary built from the "
+        "training corpus by word co-occurrence (saved as term_dictionary.tsv in run_dir).",
+    )
 
     def active(self) -> bool:
         """Whether any modifier is on."""
-        return any(v > 0 for v in self.model_dump().values())
+        return any(v > 0 for k, v in self.model_dump().items() if k != "term_dictionary")
 
 
 # data.train: one corpus, or a list of parts; told apart by shape, so that an error is about

@@ -1,9 +1,11 @@
 """On-the-fly augmentation of training batches, after OpusTrainer's modifiers: upper and title
-case, typos, missing final punctuation, random-unicode noise and inline tags. Each batch's
-changes are drawn from (seed, epoch, batch index), so a resumed run sees the very same batches."""
+case, typos, missing final punctuation, random-unicode noise and inline tags; and terminology
+annotation (data.term_annotation). Each batch's changes are drawn from (seed, epoch, batch
+index), so a resumed run sees the very same batches."""
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +19,13 @@ from seq2seq.data.corpus import Part, piece_links, piece_words
 from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.parts import INLINE_TAGS
+from seq2seq.data.term_annotation import annotate_pair, term_rng
+from seq2seq.data.term_dictionary import (
+    TermDictionary,
+    read_term_dictionary,
+    training_dictionary,
+    write_term_dictionary,
+)
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds, Tokenizer
 
 # The order a pair's draws are made in; case goes before tags so that `<b>` stays lower case.
@@ -28,7 +37,10 @@ _NOISE_RANGES = (
     (0x905, 0x939), (0x3041, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
 )  # fmt: skip
 
+TERM_DICTIONARY_FILE = "term_dictionary.tsv"  # the dictionary built for data.augment.terms
+
 Links = list[tuple[int, int]]
+log = logging.getLogger(__name__)
 
 
 def batch_rng(seed: int, epoch: int, batch: int) -> np.random.Generator:
@@ -161,6 +173,27 @@ def augment_pair(
     return src, tgt, links
 
 
+def term_dictionary_for(
+    cfg: AugmentConfig, run_dir: Path, train, save: bool = True
+) -> TermDictionary | None:
+    """The dictionary the terms modifier annotates with: data.augment.term_dictionary's, or one
+    built from the training split's texts (saved in run_dir when `save`); None when it is off."""
+    if cfg.terms <= 0:
+        return None
+    if cfg.term_dictionary is not None:
+        pairs = read_term_dictionary(cfg.term_dictionary)
+        log.info("terms: %d dictionary entries from %s", len(pairs), cfg.term_dictionary)
+        return TermDictionary(pairs)
+    pairs = training_dictionary(train["src"], train["tgt"])
+    path = Path(run_dir) / TERM_DICTIONARY_FILE
+    if save:
+        write_term_dictionary(path, pairs)
+    log.info("terms: %d dictionary entries built from the training split (%s)", len(pairs), path)
+    if not pairs:
+        log.warning("terms: the training split gave no dictionary entries; nothing is annotated")
+    return TermDictionary(pairs)
+
+
 def word_links_of(tok: Tokenizer, flat: Sequence[int], src: list[int], tgt: list[int]) -> Links:
     """The word links behind a pair's flat piece links (corpus.piece_links undone)."""
     s_words = piece_words(tok, src, tok.src_pieces(src))
@@ -183,8 +216,10 @@ class BatchAugmenter:
         parts: Sequence[Part],
         seed: int,
         epoch: int,
+        terms: TermDictionary | None = None,
     ):
         self.rates, self.run_dir, self.tokenizer = rates_of(cfg), Path(run_dir), tokenizer
+        self.terms, self.term_share = (terms, cfg.terms) if cfg.terms > 0 else (None, 0.0)
         self.max_len, self.seed, self.epoch = max_len, seed, epoch
         self.langs = [(p.src_lang, p.tgt_lang) for p in parts] or [("", "")]
         self.ends = np.cumsum([p.rows for p in parts] or [np.iinfo(np.int64).max])
@@ -196,6 +231,7 @@ class BatchAugmenter:
         if self._tok is None:
             self._tok = load_run_tokenizer(self.run_dir, self.tokenizer)
         tok, rng = self._tok, batch_rng(self.seed, self.epoch, batch)
+        t_rng = term_rng(self.seed, self.epoch, batch)
         src_ids, tgt_ids = list(rows["src_ids"]), list(rows["tgt_ids"])
         aligns = rows.get("align")
         links = [None] * len(src_ids) if aligns is None else list(aligns)
@@ -205,6 +241,8 @@ class BatchAugmenter:
             if aligns is not None:  # the tags modifier places its tag by them
                 words = word_links_of(tok, aligns[k], src_ids[k], tgt_ids[k])
             out = augment_pair(s, t, words, self.rates, rng)
+            if self.terms is not None and t_rng.random() < self.term_share:
+                out = self._with_terms(out or (s, t, words), out, t_rng)
             if out is not None:
                 part = int(np.searchsorted(self.ends, at[k], side="right"))
                 changed.setdefault(self.langs[part], []).append((k, *out))
@@ -218,6 +256,15 @@ class BatchAugmenter:
                 if aligns is not None:
                     links[k] = piece_links(tok, words or [], s_ids, t_ids)
         return src_ids, tgt_ids, links
+
+    def _with_terms(self, pair: tuple, out: tuple | None, rng: np.random.Generator):
+        """The (maybe already augmented) pair with dictionary terms annotated; `out` as it was
+        when the pair holds none."""
+        src, tgt, words = pair
+        annotated = annotate_pair(src, tgt, words, self.terms, rng)
+        if annotated is None:
+            return out
+        return annotated[0], tgt, annotated[1]
 
 
 class _AugmentedBatches(torch.utils.data.Dataset):

@@ -7,6 +7,7 @@ import datasets
 
 from seq2seq.config import DataConfig
 from seq2seq.data.multilingual import encode_sources
+from seq2seq.data.term_annotation import TERM_SYMBOLS
 from seq2seq.data.tokenizer import Tokenizer
 
 BT_TOKEN = "<BT>"  # Caswell et al. 2019: a tag tells back-translated sources from genuine ones
@@ -21,9 +22,10 @@ def inline_tag_symbols() -> list[str]:
 
 def tokenizer_symbols(d: DataConfig) -> list[str]:
     """Pieces a tokenizer trained for this data keeps whole: `<BT>` when a part is tagged `bt`,
-    the inline tags when augmentation adds them."""
+    the inline tags and the term markers when augmentation adds them."""
     symbols = [BT_TOKEN] if any(p.tag == "bt" for p in d.train_parts()) else []
-    return symbols + (inline_tag_symbols() if d.augment.tags > 0 else [])
+    symbols += inline_tag_symbols() if d.augment.tags > 0 else []
+    return symbols + (list(TERM_SYMBOLS) if d.augment.terms > 0 else [])
 
 
 def _prefix_bt(batch: dict[str, list[str]]) -> dict[str, list[str]]:

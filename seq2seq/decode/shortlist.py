@@ -36,6 +36,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
 from seq2seq.config import load_run_config
+from seq2seq.data.cooccurrence import flat_sets, pair_keys
 from seq2seq.data.corpus import decode_line
 from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.data.multilingual import is_many_language
@@ -180,11 +181,11 @@ class _Counts:
         tgt_sets = [set(ids) - self.skip for ids in tgt]
         every = torch.tensor([i for ids in tgt for i in ids], dtype=torch.long)
         self.tokens += torch.bincount(every, minlength=self.tgt_size)
-        src_flat, src_len = _flat(src_sets)
-        tgt_flat, tgt_len = _flat(tgt_sets)
+        src_flat, src_len = flat_sets(src_sets)
+        tgt_flat, tgt_len = flat_sets(tgt_sets)
         self.src += torch.bincount(src_flat, minlength=self.src.numel())
         self.tgt += torch.bincount(tgt_flat, minlength=self.tgt_size)
-        keys = _pair_keys(src_flat, src_len, tgt_flat, tgt_len, self.tgt_size)
+        keys = pair_keys(src_flat, src_len, tgt_flat, tgt_len, self.tgt_size)
         keys, pairs = torch.unique(keys, return_counts=True)
         self.pending.append((keys, pairs.int()))
         self.sentences += len(chunk)
@@ -205,24 +206,6 @@ class _Counts:
         if self.keys.numel() > MAX_PAIRS:
             keep = _best_per_source(self.keys, self.pairs, self, self.keep_per_source)
             self.keys, self.pairs = self.keys[keep], self.pairs[keep]
-
-
-def _flat(sets: list[set[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ids of every set, one after another, and each set's size."""
-    flat = torch.tensor([i for ids in sets for i in ids], dtype=torch.long)
-    return flat, torch.tensor([len(ids) for ids in sets], dtype=torch.long)
-
-
-def _pair_keys(s_flat, s_len, t_flat, t_len, vt: int) -> torch.Tensor:
-    """source·vt + target of every (source, target) pair of each sentence, all sentences (the
-    sentences' ids one after another, `*_len` ids each)."""
-    sentence = torch.repeat_interleave(torch.arange(s_len.numel()), s_len)
-    reps = t_len[sentence]  # each source token pairs with its sentence's target tokens
-    block = torch.cumsum(reps, 0) - reps
-    j = torch.arange(int(reps.sum())) - torch.repeat_interleave(block, reps)
-    t_first = torch.cumsum(t_len, 0) - t_len
-    t_idx = torch.repeat_interleave(t_first[sentence], reps) + j
-    return torch.repeat_interleave(s_flat, reps) * vt + t_flat[t_idx]
 
 
 def _best_per_source(keys: torch.Tensor, pairs: torch.Tensor, counts: _Counts, m: int):

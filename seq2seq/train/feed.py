@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from seq2seq.data.augment import BatchAugmenter, augmented_loader
+from seq2seq.data.augment import BatchAugmenter, augmented_loader, term_dictionary_for
 from seq2seq.data.batching import Batch, epoch_batches, loader, update_groups
 from seq2seq.data.corpus import lengths
 from seq2seq.errors import UserError
@@ -26,6 +26,9 @@ class UpdateFeed:
             wanted = ["src", "tgt", "src_ids", "tgt_ids"]
             wanted += ["align"] if "align" in t.data.train.column_names else []
         self.token_ds = t.data.train.select_columns(wanted)
+        self.terms = term_dictionary_for(
+            t.cfg.data.augment, t.cfg.run_dir, t.data.train, save=t.info.rank == 0
+        )
         cuda = t.device.type == "cuda"
         self.workers = tc.num_workers if tc.num_workers is not None else int(cuda)
         self.pin = cuda
@@ -77,6 +80,7 @@ class UpdateFeed:
             parts=t.data.train_parts,
             seed=t.cfg.train.seed,
             epoch=epoch,
+            terms=self.terms,
         )
         return augmented_loader(
             self.token_ds,
