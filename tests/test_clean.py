@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import datasets
+import numpy as np
 import pytest
 
 from seq2seq.config import CleanConfig, load_config
@@ -101,6 +102,24 @@ def test_repeated_pairs_keep_the_first_and_repeated_targets_keep_the_surest_sour
     assert judged([weak, pair], skip=["token_ratio"]) == ["dedup_target", "kept"]
     # Without language ID there is no surer pair: the first stays.
     assert judged([weak, pair], skip=["token_ratio", "langid"]) == ["kept", "dedup_target"]
+
+
+def test_among_equal_keys_the_highest_rank_then_the_earliest_kept_pair_stays():
+    rng = np.random.default_rng(0)
+    keys = rng.integers(0, 40, 500).astype(np.uint64)
+    ranks = rng.integers(0, 3, 500).astype(np.float32)  # ties of key and rank: the first stays
+    start = np.where(rng.random(500) < 0.2, 1, clean.KEPT).astype(np.uint8)  # already rejected
+    for rank in (None, ranks):
+        verdicts = start.copy()
+        clean._keep_first(verdicts, keys, 9, rank)
+        best: dict[int, int] = {}
+        for i in np.flatnonzero(start == clean.KEPT):
+            k, r = int(keys[i]), 0.0 if rank is None else rank[i]
+            if k not in best or r > (0.0 if rank is None else rank[best[k]]):
+                best[k] = i
+        expected = start.copy()
+        expected[[i for i in np.flatnonzero(start == clean.KEPT) if best[int(keys[i])] != i]] = 9
+        assert verdicts.tolist() == expected.tolist()
 
 
 def test_worker_processes_judge_blocks_as_one_process_does(monkeypatch):
