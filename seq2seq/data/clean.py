@@ -2,7 +2,8 @@
 from the rule filters and language ID, in blocks over worker processes, then the two dedups.
 
 Memory is bounded by the block size and ~21 bytes a pair (a verdict byte, two 64-bit hashes and
-a score), so 10M pairs take ~210 MB; the texts are read again to be written.
+a score), so 10M pairs hold ~210 MB, ~520 MB at the dedups' peak (their sorts' indices); the
+texts are read again to be written. scripts/bench_clean_memory.py measures the whole command.
 """
 
 from __future__ import annotations
