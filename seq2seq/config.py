@@ -687,6 +687,13 @@ class DecodeConfig(_Strict):
     seed: int = Field(
         0, description="Seed of `sampling`: the same input, settings and seed, the same output."
     )
+    term_mode: Literal["constrain", "annotate", "both"] = Field(
+        "constrain",
+        description="How a glossary's terms reach the translation: `constrain`, constrained "
+        "beam search; `annotate`, the source annotated inline (`word <t> mot </t>`) and the "
+        "plain beam, for a run trained with data.augment.terms; `both`, annotated and "
+        "constrained. A run whose tokenizer lacks the markers constrains, with a warning.",
+    )
 
     @model_validator(mode="after")
     def _nbest_fits_beam(self) -> DecodeConfig:

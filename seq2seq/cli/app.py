@@ -209,6 +209,7 @@ def evaluate(
     quantize: Quantize = None,
     use_shortlist: UseShortlist = False,
     glossary: GlossaryFile = None,
+    term_mode: TermMode = None,
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
     tgt_lang: TgtLang = None,
@@ -240,6 +241,7 @@ def evaluate(
         max_tokens=max_tokens,
         split_sentences=split_sentences,
         quantize=quantize,
+        term_mode=term_mode,
     )
     report = run_evaluation(
         run,
@@ -376,6 +378,7 @@ def translate(
     quantize: Quantize = None,
     use_shortlist: UseShortlist = False,
     glossary: GlossaryFile = None,
+    term_mode: TermMode = None,
     constraints: ConstraintsFile = None,
     src_lang: SrcLang = None,
     tgt_lang: TgtLang = None,
@@ -421,6 +424,7 @@ def translate(
         quantize=quantize,
         sampling=sampling,
         seed=seed,
+        term_mode=term_mode,
     )
     fields = _output_fields(
         alignments=alignments,
@@ -451,6 +455,14 @@ GlossaryFile = Annotated[
         "--glossary",
         help="TSV of `source term<TAB>target term`: where a source term occurs (whole words, "
         "any case), its target term appears once in the translation (needs beam ≥ 2).",
+    ),
+]
+TermMode = Annotated[
+    str | None,
+    typer.Option(
+        help="How --glossary terms reach the translation: constrain (constrained beam search), "
+        "annotate (the source annotated inline with them, plain beam: a run trained with "
+        "data.augment.terms) or both (default: the run's decode.term_mode, constrain).",
     ),
 ]
 ConstraintsFile = Annotated[
@@ -580,6 +592,7 @@ def serve(
     body_timeout: BodyTimeout = 30.0,
     threads: Threads = None,
     glossary: GlossaryFile = None,
+    term_mode: TermMode = None,
     api_keys: Annotated[
         Path | None,
         typer.Option(
@@ -628,6 +641,7 @@ def serve(
         api_keys=api_keys,
     )
     settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
+    settings["term_mode"] = term_mode
     decode = decode_settings(run[0], batch_size=batch_size, max_tokens=max_tokens, **settings)
     run_server(
         run[0],

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from seq2seq.data.term_dictionary import Match, TermDictionary
+from seq2seq.data.tokenizer import Tokenizer
 
 TERM_OPEN, TERM_CLOSE = "<t>", "</t>"
 TERM_SYMBOLS = (TERM_OPEN, TERM_CLOSE)
@@ -70,3 +71,24 @@ def annotate_pair(
         keep[int(rng.integers(len(found)))] = True
     spans = [m for m, kept in zip(found, keep) if kept]
     return annotate(src, spans), None if links is None else shifted_links(src, spans, links)
+
+
+def keeps_markers(tokenizer: Tokenizer) -> bool:
+    """Whether the tokenizer keeps each term marker as one piece (trained with terms > 0)."""
+    pieces = tokenizer.src_pieces(tokenizer.encode_src([" ".join(TERM_SYMBOLS)])[0])
+    return all(pieces.count(marker) == 1 for marker in TERM_SYMBOLS)
+
+
+def without_annotations(pieces: list[str], blank: str = "") -> list[str]:
+    """Source pieces with each annotation (`<t>` to `</t>`, and a bare "▁" before it) made
+    `blank`, so that words count as in the source before it was annotated."""
+    out, inside = list(pieces), False
+    for i, piece in enumerate(pieces):
+        if piece == TERM_OPEN:
+            inside = True
+            if i and pieces[i - 1] == "▁":
+                out[i - 1] = blank
+        if inside:
+            out[i] = blank
+        inside = inside and piece != TERM_CLOSE
+    return out

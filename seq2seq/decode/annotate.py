@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.data.term_annotation import without_annotations
 from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import (
     DEFAULT_LAYER,
@@ -180,7 +181,9 @@ def _joined_alignment(translator, ids, hyps, replayed) -> list[tuple[int, int]]:
     joined translation decodes (a segment may begin inside its predecessor's last word)."""
     tok, specials = translator.tokenizer, _specials(translator.tokenizer)
     tgt_ids = [[*h.tokens, tok.ids.eos] for h in hyps]
-    src_words = word_starts([p for seq in ids for p in tok.src_pieces(seq)], specials)
+    # Words of the source as given: a glossary's annotations (--term-mode annotate) are none.
+    src_pieces = without_annotations([p for seq in ids for p in tok.src_pieces(seq)])
+    src_words = word_starts(src_pieces, specials | {""})
     tgt_words = word_starts([p for seq in tgt_ids for p in tok.tgt_pieces(seq)], specials)
     pairs: set[tuple[int, int]] = set()
     src_at = tgt_at = 0  # the segment's first piece in the line

@@ -16,6 +16,7 @@ import torch
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
+from seq2seq.data.term_annotation import annotate, keeps_markers
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.constrained import Spellings
 from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
@@ -148,8 +149,9 @@ class Translator:
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
         split = options.split_sentences and options.nbest == 1
+        mode = term_mode(self, options) if glossary is not None else "constrain"
         segments, owner, terms = _segments(
-            lines, constraints, glossary, split, src_lang, first_line
+            lines, constraints, glossary, split, src_lang, first_line, mode
         )
         if any(terms) and options.beam_size < 2:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
@@ -411,12 +413,39 @@ def flatten(sources: list[Source]) -> tuple[list[list[int]], list[int], list, li
     return ids, owner, terms, firsts
 
 
+def term_mode(translator: Translator, options: DecodeConfig) -> str:
+    """How a glossary's terms are applied: as `options.term_mode` says, but by constraints
+    (warned about once) where the run's tokenizer lacks the term markers."""
+    cache = translator._cache
+    if options.term_mode == "constrain":
+        return "constrain"
+    if "markers" not in cache:
+        cache["markers"] = keeps_markers(translator.tokenizer)
+    if cache["markers"]:
+        return options.term_mode
+    if ("term_mode",) not in cache["warned"]:
+        cache["warned"].add(("term_mode",))
+        log.warning(
+            "term mode %s: the run's tokenizer has no term markers (<t>, </t>), so the model "
+            "was not trained with data.augment.terms; the glossary is applied by constraints",
+            options.term_mode,
+        )
+    return "constrain"
+
+
 def _segments(
-    lines, constraints, glossary: Glossary | None, split: bool, src_lang: str, first: int
+    lines,
+    constraints,
+    glossary: Glossary | None,
+    split: bool,
+    src_lang: str,
+    first: int,
+    mode: str = "constrain",
 ):
     """What is decoded (a line, or its sentences), the line each belongs to, and its target
     terms (given per line, else the glossary's found in that segment; `first`: the 0-based
-    number of the first line, for messages)."""
+    number of the first line, for messages). With `mode` annotate or both, each glossary hit
+    is annotated inline in its segment; with annotate, it is no constraint."""
     segments, owner, terms = [], [], []
     for i, line in enumerate(lines):
         if not line.strip():
@@ -424,16 +453,17 @@ def _segments(
         given = constraints[i] if constraints is not None else None
         whole = not split or bool(given)
         parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
-        segments += [p.strip() for p in parts]
-        owner += [i] * len(parts)
-        for p in parts:
-            where = f"input line {first + i + 1}"
+        where = f"input line {first + i + 1}"
+        for part in (p.strip() for p in parts):
+            owner.append(i)
             if given is not None:
+                segments.append(part)
                 terms.append(check_terms(given, where))
-            else:
-                terms.append(
-                    check_terms(_at_most(glossary.terms_in(p) if glossary else [], where), where)
-                )
+                continue
+            hits = glossary.find(part) if glossary else []
+            segments.append(annotate(part, hits) if mode != "constrain" else part)
+            wanted = [] if mode == "annotate" else [target for *_, target in hits]
+            terms.append(check_terms(_at_most(wanted, where), where))
     return segments, owner, terms
 
 
