@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         sets = augmented_sets(*held_out(args.src, args.ref, args.skip, args.align), args.seed)
         for run in args.run:
             check_finished(run)
+        names = [run.name for run in args.run]
+        if args.out is not None and len(set(names)) < len(names):
+            raise UserError(f"--out: runs of the same name would write the same files: {names}")
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
             for name, (sources, references) in sets.items():

@@ -4,6 +4,8 @@ functions, a run × set table of BLEU, and runs still being written refused befo
 from __future__ import annotations
 
 import importlib.util
+import json
+import shutil
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.factories import untrained_run
-from tests.runs import copy_run, write_parallel
+from tests.runs import cli, write_parallel
 
 _PATH = Path(__file__).resolve().parents[1] / "scripts" / "bench_augment.py"
 _SPEC = importlib.util.spec_from_file_location("bench_augment", _PATH)
@@ -85,7 +87,7 @@ def _wait_for_exec(pid: int, marker: bytes) -> None:
 def test_the_table_has_a_row_per_run_and_a_column_per_set(tmp_path, demo_pairs, capsys):
     (tmp_path / "a").mkdir()
     run = untrained_run(tmp_path / "a", demo_pairs[:300])
-    other = copy_run(run, tmp_path / "b")
+    other = Path(shutil.copytree(run, tmp_path / "other"))
     src, ref = write_parallel(tmp_path, "valid", demo_pairs[300:310])
     out = tmp_path / "out"
     args = ["--src", src, "--ref", ref, "--skip", 2, "--out", out, "--run", run, "--run", other]
@@ -101,3 +103,11 @@ def test_the_table_has_a_row_per_run_and_a_column_per_set(tmp_path, demo_pairs, 
     assert upper == [s.upper() for s in plain] and upper != plain
     for name in bench.SETS:
         assert len((out / f"run.{name}.hyp").read_text().splitlines()) == 8
+        assert (out / f"other.{name}.hyp").is_file()
+    # The plain column is what `seq2seq evaluate` gives on the same files.
+    report = tmp_path / "evaluate.json"
+    cli("--quiet", "evaluate", "--run", other, "--src", out / "plain.src", "--ref",
+        out / "plain.ref", "--output-dir", tmp_path / "eval", "--json", report)  # fmt: skip
+    evaluated = json.loads(report.read_text())
+    assert evaluated["hypotheses"] == (out / "other.plain.hyp").read_text().splitlines()
+    assert table[3].split("|")[2].strip() == f"{evaluated['bleu']:.2f}"
