@@ -14,6 +14,20 @@ loading excluded), all with the same beam size and torch threads (--threads). Wi
 `--route libretranslate`, the batching server is also loaded through LibreTranslate's
 POST /translate (`{"q", "source", "target"}`) beside the native route, in every round.
 
+    python scripts/bench_serve.py --run A --second-run B          # two models, one server
+    python scripts/bench_serve.py --run A --hostile --hostile-kinds all
+
+`--second-run B`: a server of A alone, then a server of A and B (`serve --run A --run B`), each
+loaded by --model-clients clients a model at once; requests name their model (`"model"`, the
+name GET /models gives it) and the beam size, since two runs of one pair (a teacher and its
+student) are both en→fr and LibreTranslate's and DeepL's routes would send all to the first.
+Reported per model: sent/s, p50/p99; and the server's RSS idle and under load, one vs two.
+
+`--hostile`: normal clients alone, then beside hostile ones; `--hostile-kinds` picks them:
+issue 28's (the default) and issue 40's glossary-markup, dots (the server then has a glossary of
+20,000 made-up terms, in the quiet phases too) and abandoned-terms, whose stop is read from the
+server's seq2seq_abandoned_decode_seconds{work="terms"}.
+
 The server and the translate job each run in a session of their own. Linux's scheduler (with
 autogroup, as here) shares the CPU between sessions first, so each system under test gets the
 same share of a machine that other users load too, and the load generator (this process) does
@@ -143,11 +157,12 @@ def batch_stats(metrics: str) -> tuple[float, float, float]:
     )
 
 
-def request_body(route: str, text: str) -> dict:
-    """One sentence's body for the native route or LibreTranslate's (the valid set's en→fr)."""
+def request_body(route: str, text: str, fields: dict | None = None) -> dict:
+    """One sentence's body for the native route or LibreTranslate's (the valid set's en→fr);
+    `fields`: more native fields (`model`, `beam_size`)."""
     if route == "libretranslate":
         return {"q": text, "source": "en", "target": "fr"}
-    return {"text": text}
+    return {"text": text, **(fields or {})}
 
 
 async def load(
@@ -157,14 +172,17 @@ async def load(
     seconds: float,
     warmup: float,
     route: str = "native",
+    fields: dict | None = None,
+    metrics: str = "/metrics",
 ):
-    """N closed-loop clients for `seconds`; latencies of answers after the warm-up."""
+    """N closed-loop clients for `seconds`; latencies of answers after the warm-up. `fields`:
+    more native body fields (a `model` to send them to, whose metrics are at `metrics`)."""
     import httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=600) as http:
         await http.get("/ready")
-        before = batch_stats((await http.get("/metrics")).text)
+        before = batch_stats((await http.get(metrics)).text)
         start = time.perf_counter()
         counted_from, end = start + warmup, start + seconds
         latencies: list[float] = []
@@ -176,7 +194,7 @@ async def load(
             while time.perf_counter() < end:
                 text = sentences[next(picks) % len(sentences)]
                 sent = time.perf_counter()
-                answer = await http.post("/translate", json=request_body(route, text))
+                answer = await http.post("/translate", json=request_body(route, text, fields))
                 done = time.perf_counter()
                 if answer.status_code != 200:
                     errors += 1
@@ -185,7 +203,7 @@ async def load(
 
         await asyncio.gather(*(client() for _ in range(clients)))
         elapsed = time.perf_counter() - start
-        after = batch_stats((await http.get("/metrics")).text)
+        after = batch_stats((await http.get(metrics)).text)
     window = seconds - warmup
     batches = after[1] - before[1]
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [float("nan")] * 99
@@ -215,13 +233,75 @@ def server_rss_mb(server: ServerProcess) -> float:
 # segments, a multi-line request whose client hangs up before the answer, deeply nested JSON.
 SPLIT_BAIT = json.dumps({"text": "Go now. " * 120_000})
 NESTED = "[" * 200_000
+# The kinds of issue 40 (items 3 and 11), chosen with --hostile-kinds: 24 lines at beam 16 in
+# html with a request glossary hitting every line; 100 KB of "." against a server glossary of
+# 20,000 pairs; a glossary request abandoned after 0.2 s.
+OLD_KINDS = ("split-bait", "nested", "disconnect")
+TERM_KINDS = ("glossary-markup", "dots", "abandoned-terms")
+DOTS = json.dumps({"text": "." * 100_000})
+SERVER_GLOSSARY_PAIRS = 20_000
+ABANDON_S = 0.2
 
 
-async def hostile_clients(
-    url: str, sentences: list[str], end: float, codes: dict, rate: float
-) -> None:
-    """Each hostile kind from its own clients, `rate` requests a second each, until `end`;
-    counting the status each got (or `gone`)."""
+def long_words(text: str) -> list[str]:
+    """The words of 4 letters or more in a text."""
+    return re.findall(r"\b[^\W\d_]{4,}\b", text)
+
+
+def term_request(pairs: list[tuple[str, str]], html: bool, lines: int = 24) -> str:
+    """`lines` valid lines at beam 16 with a request glossary whose terms hit every line (each
+    line's longest word → a word of its reference), in html with that word in <b> if `html`."""
+    texts, glossary = [], {}
+    for src, tgt in pairs:
+        words, targets = long_words(src), long_words(tgt)
+        if not words or not targets:
+            continue
+        term = max(words, key=len)
+        glossary.setdefault(term.lower(), max(targets, key=len))
+        if html:
+            escaped = src.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+            found = re.search(rf"\b{re.escape(term)}\b", escaped)
+            src = f"<p>{escaped[: found.start()]}<b>{term}</b>{escaped[found.end() :]}</p>"
+        texts.append(src)
+        if len(texts) == lines:
+            break
+    body = {"texts": texts, "beam_size": 16, "glossary": [list(p) for p in glossary.items()]}
+    return json.dumps({**body, "format": "html"} if html else body)
+
+
+def server_glossary(path: Path, pairs: list[tuple[str, str]]) -> Path:
+    """A TSV of 20,000 term pairs whose source terms are made-up words no valid line holds
+    (so the normal clients' requests stay plain), each to a word of the references."""
+    rng = random.Random(3)
+    seen = {w.lower() for src, _ in pairs for w in re.findall(r"\w+", src)}
+    targets = sorted({w for _, tgt in pairs for w in long_words(tgt)}) or ["terme"]
+    terms: dict[str, str] = {}
+    while len(terms) < SERVER_GLOSSARY_PAIRS:
+        word = "".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(rng.randint(6, 11)))
+        if word not in seen:
+            terms.setdefault(word, rng.choice(targets))
+    path.write_text("".join(f"{a}\t{b}\n" for a, b in terms.items()), encoding="utf-8")
+    return path
+
+
+def hostile_bodies(kinds: list[str], sentences: list[str], pairs) -> list[tuple[str, str, float]]:
+    """(kind, body, client timeout) of each hostile client: the old kinds two, one, two
+    clients as before; each of issue 40's one client."""
+    abandoned = json.dumps({"texts": sentences[:64]})
+    table = {
+        "split-bait": [(SPLIT_BAIT, 600)] * 2,
+        "nested": [(NESTED, 600)],
+        "disconnect": [(abandoned, ABANDON_S)] * 2,
+        "glossary-markup": [(term_request(pairs, html=True), 600)],
+        "dots": [(DOTS, 600)],
+        "abandoned-terms": [(term_request(pairs, html=False), ABANDON_S)],
+    }
+    return [(kind, body, timeout) for kind in kinds for body, timeout in table[kind]]
+
+
+async def hostile_clients(url: str, bodies, end: float, codes: dict, rate: float) -> None:
+    """Each hostile client sending its body `rate` times a second until `end`; counting the
+    status each got (or `gone`) and each kind's answer times."""
     import httpx
 
     async def loop(kind: str, body: str, timeout: float) -> None:
@@ -232,19 +312,35 @@ async def hostile_clients(
                         "/translate", content=body, headers={"content-type": "application/json"}
                     )
                     key = f"{kind} {answer.status_code}"
+                    codes.setdefault(f"{kind} seconds", []).append(time.perf_counter() - sent)
                 except httpx.TimeoutException:
                     key = f"{kind} gone"  # the client hung up: its work should be dropped
                 codes[key] = codes.get(key, 0) + 1
                 await asyncio.sleep(max(0.0, sent + 1 / rate - time.perf_counter()))
 
-    abandoned = json.dumps({"texts": sentences[:64]})
-    await asyncio.gather(
-        loop("split-bait", SPLIT_BAIT, 600),
-        loop("split-bait", SPLIT_BAIT, 600),
-        loop("nested", NESTED, 600),
-        loop("disconnect", abandoned, 0.2),
-        loop("disconnect", abandoned, 0.2),
-    )
+    await asyncio.gather(*(loop(kind, body, timeout) for kind, body, timeout in bodies))
+
+
+def abandoned_decoding(metrics: str) -> dict[str, tuple[float, float, float]]:
+    """Each work's (count, sum of seconds, count within 1 s) of the server's
+    seq2seq_abandoned_decode_seconds histogram: how long batches decoded on after a request in
+    them was abandoned."""
+    out: dict[str, list[float]] = {}
+    name = "seq2seq_abandoned_decode_seconds"
+    for line in metrics.splitlines():
+        found = re.match(rf"{name}_(count|sum|bucket)\{{(.*)\}} (\S+)$", line)
+        if not found:
+            continue
+        part, labels, value = found.groups()
+        work = re.search(r'work="([^"]*)"', labels).group(1)
+        row = out.setdefault(work, [0.0, 0.0, 0.0])
+        if part == "count":
+            row[0] = float(value)
+        elif part == "sum":
+            row[1] = float(value)
+        elif 'le="1.0"' in labels:
+            row[2] = float(value)
+    return {work: tuple(row) for work, row in out.items()}
 
 
 async def sample_rss(server: ServerProcess, end: float, samples: list[float]) -> None:
@@ -253,71 +349,273 @@ async def sample_rss(server: ServerProcess, end: float, samples: list[float]) ->
         await asyncio.sleep(0.5)
 
 
-async def load_beside(server: ServerProcess, sentences: list[str], args, hostile: bool) -> dict:
-    """Normal closed-loop clients, alone or beside the hostile ones; server RSS sampled."""
+async def load_beside(server: ServerProcess, sentences: list[str], args, bodies) -> dict:
+    """Normal closed-loop clients, alone (no `bodies`) or beside the hostile ones; server RSS
+    sampled, and how long abandoned requests went on decoding (from /metrics)."""
+    import httpx
+
     end = time.perf_counter() + args.seconds
-    codes: dict[str, int] = {}
+    codes: dict = {}
     rss: list[float] = []
     extra = [sample_rss(server, end, rss)]
-    if hostile:
-        extra.append(hostile_clients(server.url, sentences, end, codes, args.hostile_rate))
+    if bodies:
+        extra.append(hostile_clients(server.url, bodies, end, codes, args.hostile_rate))
+    before = abandoned_decoding(httpx.get(f"{server.url}/metrics").text)
     row, *_ = await asyncio.gather(
         load(server.url, sentences, args.hostile_clients, args.seconds, args.warmup), *extra
     )
+    await asyncio.sleep(2.0)  # the last abandoned batches finish and are counted
+    after = abandoned_decoding(httpx.get(f"{server.url}/metrics").text)
+    late = {}
+    for work, (count, total, within) in after.items():
+        was = before.get(work, (0.0, 0.0, 0.0))
+        n = count - was[0]
+        if n:
+            late[work] = {
+                "n": n,
+                "mean_s": (total - was[1]) / n,
+                "within_1s": (within - was[2]) / n,
+            }
+    timed = {k: v for k, v in codes.items() if k.endswith(" seconds")}
     return {
         **row,
         "rss_first_mb": rss[0],
         "rss_peak_mb": max(rss),
         "rss_last_mb": rss[-1],
-        "hostile": codes,
+        "hostile": {k: v for k, v in codes.items() if k not in timed},
+        "hostile_median_s": {k[: -len(" seconds")]: statistics.median(v) for k, v in timed.items()},
+        "abandoned_decoding": late,
     }
 
 
-def hostile_main(run: Path, sentences: list[str], args, env: dict) -> None:
+async def abandon_probe(url: str, body: str, tries: int) -> dict:
+    """The abandoned-terms request alone on the quiet server, `tries` times: how long the
+    server went on decoding it after the client hung up at 0.2 s, from its histogram and as
+    the client sees it (until /metrics says the decoder is idle)."""
+    import httpx
+
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        before = abandoned_decoding((await http.get("/metrics")).text).get("terms", (0, 0, 0))
+        idle_after = []
+        for _ in range(tries):
+            try:
+                await http.post(
+                    "/translate",
+                    content=body,
+                    headers={"content-type": "application/json"},
+                    timeout=ABANDON_S,
+                )
+                continue  # answered within 0.2 s: nothing was abandoned
+            except httpx.TimeoutException:
+                gone = time.perf_counter()
+            while time.perf_counter() - gone < 120:
+                if "seq2seq_decoder_busy 1.0" not in (await http.get("/metrics")).text:
+                    break
+                await asyncio.sleep(0.02)
+            idle_after.append(time.perf_counter() - gone)
+        await asyncio.sleep(0.5)
+        after = abandoned_decoding((await http.get("/metrics")).text).get("terms", (0, 0, 0))
+    n = after[0] - before[0]
+    return {
+        "tries": tries,
+        "decoded_n": n,
+        "decoding_went_on_mean_s": (after[1] - before[1]) / n if n else float("nan"),
+        "within_1s": (after[2] - before[2]) / n if n else float("nan"),
+        "idle_after_s": idle_after,
+    }
+
+
+def hostile_kinds(given: list[str]) -> list[str]:
+    """The kinds asked for, `all` standing for every one, in a fixed order."""
+    wanted = set(given)
+    if "all" in wanted:
+        wanted = {*OLD_KINDS, *TERM_KINDS}
+    return [k for k in (*OLD_KINDS, *TERM_KINDS) if k in wanted]
+
+
+def hostile_main(run: Path, sentences: list[str], pairs, args, env: dict) -> None:
     """Quiet, then hostile, then quiet again: normal requests' p99 and the server's memory."""
-    server = ServerProcess(
-        run,
-        args.beam_size,
-        ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)],
-        env,
-        args.out / "hostile.log",
-    )
+    kinds = hostile_kinds(args.hostile_kinds)
+    options = ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)]
+    if "dots" in kinds:  # the quiet phases run against the same glossary
+        options += ["--glossary", str(server_glossary(args.out / "glossary-20k.tsv", pairs))]
+    server = ServerProcess(run, args.beam_size, options, env, args.out / "hostile.log")
+    bodies = hostile_bodies(kinds, sentences, pairs)
     rows = []
     try:
         asyncio.run(load(server.url, sentences, args.hostile_clients, 3.0, 0.0))
         for k in range(args.rounds):
             for phase in ("quiet", "hostile"):
-                row = asyncio.run(load_beside(server, sentences, args, phase == "hostile"))
+                row = asyncio.run(
+                    load_beside(server, sentences, args, bodies if phase == "hostile" else [])
+                )
                 row.update(phase=phase, round=k + 1)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
+        probe = None
+        if "abandoned-terms" in kinds:
+            body = next(b for kind, b, _ in bodies if kind == "abandoned-terms")
+            probe = asyncio.run(abandon_probe(server.url, body, args.abandon_tries))
+            print(json.dumps({"abandon_probe": probe}), flush=True)
     finally:
         code = server.stop()
+    print_hostile(rows, kinds, len(bodies), args, code, probe)
+
+
+def print_hostile(
+    rows: list[dict], kinds: list[str], clients: int, args, code: int, probe: dict | None
+) -> None:
+    """The hostile table, the p99 ratio and how long abandoned requests kept the decoder."""
     quiet = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "quiet")
     hostile = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "hostile")
+    glossary = f", server glossary of {SERVER_GLOSSARY_PAIRS} pairs" if "dots" in kinds else ""
     print(
-        f"\n{args.hostile_clients} normal clients (5 hostile ones at {args.hostile_rate:g}/s "
-        f"each), beam {args.beam_size}, {args.threads} "
-        f"thread(s), {args.seconds:.0f} s a phase, {args.rounds} rounds; server exit {code}"
+        f"\n{args.hostile_clients} normal clients ({clients} hostile ones at "
+        f"{args.hostile_rate:g}/s each: {', '.join(kinds)}), beam {args.beam_size}, "
+        f"{args.threads} thread(s){glossary}, {args.seconds:.0f} s a phase, {args.rounds} "
+        f"rounds; server exit {code}"
     )
     print(
         "| round | phase | normal sent/s | p50 ms | p99 ms | errors | RSS first / peak / last MB "
-        "| hostile requests (status: count) |"
+        "| hostile requests (status: count) | hostile answer, median s "
+        "| abandoned: decoding went on (n, mean s, share ≤ 1 s) |"
     )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         hostile_codes = ", ".join(f"{k}: {v}" for k, v in sorted(r["hostile"].items())) or "–"
+        answered = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(r["hostile_median_s"].items()))
+        late = ", ".join(
+            f"{w}: {v['n']:.0f}, {v['mean_s']:.2f} s, {v['within_1s']:.0%}"
+            for w, v in sorted(r["abandoned_decoding"].items())
+        )
         print(
             f"| {r['round']} | {r['phase']} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | "
             f"{r['p99_ms']:.0f} | {r['errors']} | {r['rss_first_mb']:.0f} / "
-            f"{r['rss_peak_mb']:.0f} / {r['rss_last_mb']:.0f} | {hostile_codes} |"
+            f"{r['rss_peak_mb']:.0f} / {r['rss_last_mb']:.0f} | {hostile_codes} | "
+            f"{answered or '–'} | {late or '–'} |"
         )
     print(
         f"\nmedian p99: quiet {quiet:.0f} ms, hostile {hostile:.0f} ms: {hostile / quiet:.2f}× "
         "(target < 3×)"
     )
-    (args.out / "hostile.json").write_text(
-        json.dumps({"rows": rows, "p99_quiet_ms": quiet, "p99_hostile_ms": hostile}, indent=2)
+    if probe is not None:
+        idle = probe["idle_after_s"]
+        print(
+            f"the glossary request abandoned after {ABANDON_S:g} s on the quiet server, "
+            f"{probe['tries']} tries: {probe['decoded_n']:.0f} had started decoding, which went "
+            f"on {probe['decoding_went_on_mean_s']:.2f} s on average after the hang-up "
+            f"({probe['within_1s']:.0%} within 1 s; server metric); decoder idle "
+            f"{max(idle) if idle else float('nan'):.2f} s after the hang-up at worst (client "
+            "view); target < 1 s"
+        )
+    summary = {"kinds": kinds, "rows": rows, "p99_quiet_ms": quiet, "p99_hostile_ms": hostile}
+    (args.out / "hostile.json").write_text(json.dumps({**summary, "probe": probe}, indent=2))
+
+
+def served_models(url: str) -> list[dict]:
+    """The server's GET /models, each with its /info's beam size."""
+    import httpx
+
+    models = httpx.get(f"{url}/models", timeout=60).json()
+    infos = httpx.get(f"{url}/info", timeout=60).json()["models"]
+    return [{**m, "beam_size": i["decode"]["beam_size"]} for m, i in zip(models, infos)]
+
+
+async def load_models(server: ServerProcess, models: list[dict], sentences, args) -> dict:
+    """args.model_clients closed-loop clients on each model at once (each request names its
+    model, at the same beam size); the server's RSS sampled meanwhile."""
+    end = time.perf_counter() + args.seconds
+    rss: list[float] = []
+    fields = [
+        {"model": m["name"], "beam_size": args.beam_size} if len(models) > 1 else {} for m in models
+    ]
+    loads = [
+        load(
+            server.url,
+            sentences,
+            args.model_clients,
+            args.seconds,
+            args.warmup,
+            "native",
+            f,
+            m["metrics"],
+        )
+        for f, m in zip(fields, models)
+    ]
+    rows = await asyncio.gather(*loads, sample_rss(server, end, rss))
+    return {
+        "models": {m["name"]: row for m, row in zip(models, rows[:-1])},
+        "rss_idle_mb": rss[0],
+        "rss_peak_mb": max(rss),
+    }
+
+
+def models_main(run: Path, second: Path, sentences: list[str], args, env: dict) -> None:
+    """One model alone, then two behind one server with load on both at once: each model's
+    throughput and p50/p99, and the server's RSS with one and with two loaded."""
+    options = ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)]
+    servers = {
+        "one": ServerProcess(run, args.beam_size, options, env, args.out / "one-model.log"),
+        "two": ServerProcess(
+            run, args.beam_size, [*options, "--run", str(second)], env, args.out / "two-models.log"
+        ),
+    }
+    rows = []
+    try:
+        models = {name: served_models(server.url) for name, server in servers.items()}
+        for name, server in servers.items():  # first-call costs stay out of the figures
+            for m in models[name]:
+                fields = {"model": m["name"]} if len(models[name]) > 1 else {}
+                asyncio.run(
+                    load(server.url, sentences, args.model_clients, 3.0, 0.0, "native", fields)
+                )
+        for k in range(args.rounds):
+            for name, server in servers.items():
+                row = asyncio.run(load_models(server, models[name], sentences, args))
+                row.update(server=name, round=k + 1)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+    finally:
+        codes = {name: server.stop() for name, server in servers.items()}
+    print_models(rows, models, args, codes)
+
+
+def print_models(rows: list[dict], models: dict, args, codes: dict) -> None:
+    """Per model and server: medians of the rounds, and the server's RSS."""
+    print(
+        f"\nbeam {args.beam_size} (each request names it), {args.model_clients} clients a model, "
+        f"{args.seconds:.0f} s a row ({args.warmup:.0f} s not counted), {args.threads} torch "
+        f"thread(s), medians of {args.rounds} rounds; server exits {codes}"
+    )
+    print(
+        "| server | model | run | sent/s | p50 ms | p99 ms | mean batch | errors "
+        "| server RSS at start / peak MB |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    summary = {}
+    for name, label in (("one", "one model"), ("two", "two models, both loaded")):
+        mine = [r for r in rows if r["server"] == name]
+        idle = statistics.median(r["rss_idle_mb"] for r in mine)
+        peak = statistics.median(r["rss_peak_mb"] for r in mine)
+        summary[name] = {"rss_idle_mb": idle, "rss_peak_mb": peak, "models": {}}
+        for m in models[name]:
+            r = median_row([row["models"][m["name"]] for row in mine])
+            summary[name]["models"][m["name"]] = r
+            run = "/".join(Path(m["run_dir"]).parts[-2:])
+            print(
+                f"| {label} | {m['name']} | {run} | {r['sent_s']:.1f} | "
+                f"{r['p50_ms']:.0f} | {r['p99_ms']:.0f} | {r['mean_batch']:.1f} | "
+                f"{r['errors']:.0f} | {idle:.0f} / {peak:.0f} |"
+            )
+    total = sum(r["sent_s"] for r in summary["two"]["models"].values())
+    print(
+        f"\ntwo models: {total:.1f} sent/s together; RSS at the start of a row "
+        f"{summary['two']['rss_idle_mb']:.0f} MB vs {summary['one']['rss_idle_mb']:.0f} MB "
+        "with one "
+        f"(+{summary['two']['rss_idle_mb'] - summary['one']['rss_idle_mb']:.0f} MB)"
+    )
+    (args.out / "models.json").write_text(
+        json.dumps({"rows": rows, "median": summary, "models": models}, indent=2)
     )
 
 
@@ -359,6 +657,29 @@ def main() -> None:
     )
     p.add_argument("--hostile-clients", type=int, default=8, help="normal clients in --hostile")
     p.add_argument(
+        "--hostile-kinds",
+        nargs="+",
+        choices=[*OLD_KINDS, *TERM_KINDS, "all"],
+        default=list(OLD_KINDS),
+        help="the hostile clients of --hostile (default: issue 28's three, as before): "
+        "glossary-markup (24 html lines at beam 16, a glossary hitting every line), dots "
+        "(100 KB of '.'; the server gets a 20,000-pair glossary), abandoned-terms (a glossary "
+        "request dropped after 0.2 s); all: every kind",
+    )
+    p.add_argument(
+        "--second-run",
+        type=Path,
+        help="instead: --run alone, then --run and this run behind one server, load on both "
+        "at once (each request names its model); per model sent/s and p50/p99, the server's RSS",
+    )
+    p.add_argument("--model-clients", type=int, default=8, help="clients a model, --second-run")
+    p.add_argument(
+        "--abandon-tries",
+        type=int,
+        default=5,
+        help="with the abandoned-terms kind: times the request is sent alone after the rounds",
+    )
+    p.add_argument(
         "--route",
         choices=["native", "libretranslate"],
         default="native",
@@ -368,8 +689,8 @@ def main() -> None:
         "--hostile-rate",
         type=float,
         default=2.0,
-        help="requests a second from each of the 5 hostile clients (2 split bait, 1 nested "
-        "JSON, 2 hanging up after 0.2 s)",
+        help="requests a second from each hostile client (of the default kinds: 2 split bait, "
+        "1 nested JSON, 2 hanging up after 0.2 s; one client of each other kind)",
     )
     args = p.parse_args()
 
@@ -383,7 +704,12 @@ def main() -> None:
     sentences = [x for x in valid if x][: args.sentences]
     random.Random(1).shuffle(sentences)
     if args.hostile:
-        hostile_main(run, sentences, args, env)
+        references = (args.data / "valid.fr").read_text("utf-8").splitlines()
+        pairs = [(a, b.strip()) for a, b in zip(valid, references) if a and b.strip()]
+        hostile_main(run, sentences, pairs, args, env)
+        return
+    if args.second_run is not None:
+        models_main(run, args.second_run, sentences, args, env)
         return
 
     # Both servers stay up; the rounds alternate between the systems, so that a change in what
