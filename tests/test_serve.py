@@ -703,3 +703,27 @@ def test_a_language_tag_or_end_of_sentence_inside_a_text_is_read_as_text_not_as_
     assert ids[0] == fr and ids[-1] == eos  # what the server itself puts around the text
     assert fr not in ids[1:] and en not in ids and eos not in ids[:-1]
     assert tokenizer.encode_src([text], "en", "fr")[0].count(eos) == 2  # as the tokenizer reads it
+
+
+def test_how_long_an_abandoned_glossary_request_went_on_decoding_is_in_the_metrics(
+    run_dir, monkeypatch
+):
+    release = threading.Event()
+
+    def slow(sources, options, wanted=None):
+        assert release.wait(10)
+        return [[("x", 0.0)] for _ in sources]
+
+    app = _in_process(run_dir, monkeypatch, slow, timeout_s=0.3)
+    with app as client:
+        glossary = {"text": TEXTS[0], "glossary": [["cats", "chats"]]}
+        assert client.post("/translate", json=glossary).status_code == 504  # abandoned
+        time.sleep(0.3)  # decoding goes on after the timeout
+        release.set()
+        end, line = time.monotonic() + 10, 'seq2seq_abandoned_decode_seconds_count{work="terms"}'
+        while line not in (text := client.get("/metrics").text) and time.monotonic() < end:
+            time.sleep(0.02)
+    count = re.search(re.escape(line) + r" (\S+)", text)
+    assert count and float(count.group(1)) == 1.0
+    total = re.search(r'seq2seq_abandoned_decode_seconds_sum\{work="terms"\} (\S+)', text)
+    assert 0.3 <= float(total.group(1)) < 5
