@@ -3,8 +3,9 @@
     flock -x /work/cpu.lock python scripts/bench_terminology.py --run /work/bench/enfr12
 
 The test set is built from the shared valid split. A word dictionary comes from the train split
-(Dice coefficient of lower-cased word co-occurrence over sentence pairs, content words of at
-least 4 letters, the best target of each source word, Dice ≥ MIN_DICE and ≥ MIN_PAIRS pairs).
+(seq2seq.data.term_dictionary.dice_dictionary: Dice coefficient of lower-cased word co-occurrence
+over sentence pairs, content words of at least 4 letters, the best target of each source word,
+Dice ≥ 0.3 over ≥ 3 pairs; the dictionary data.augment.terms builds, there less identical words).
 A valid pair gets a term where a source word's dictionary translation occurs in its reference
 (whole word, the reference's own form is the term) and *not* in the plain beam-4 output: terms
 the model does not produce unconstrained. Each such sentence keeps its first term; the speed
@@ -29,11 +30,16 @@ MADE_UP_SHARE of them by a made-up company name of MADE_UP. A pair is scored whe
 finds a source term in it and its reference holds each term's usual translation exactly as often
 as the source term (lower case, whole words); its term-injected reference has those words
 replaced by the terms. Both searches decode whole lines at beam 4 (one pass each, after a short
-warm-up); the constrained one is given each pair's terms. Reported: term use, BLEU against the
-injected references (the plain output's too), the plain output's BLEU against the original
-references, outputs holding a fragment of a term outside a complete occurrence, term occurrences
-written after the output's final sentence mark, sentences/s. Targets (issue 40): term use ≥ 98%,
-BLEU ≥ plain − 0.5, no fragments, ≤ 1% of terms after the final mark.
+warm-up); the others are given the glossary, applied as each `--term-mode` says (comma-separated,
+default `constrain`: constrained beam search; `annotate`: the source annotated inline with the
+terms and the plain beam, for a run trained with data.augment.terms; `both`), one row each.
+Reported per row: term use, BLEU against the injected references, the plain output's BLEU against
+the original references, outputs holding a fragment of a term outside a complete occurrence, term
+occurrences written after the output's final sentence mark, sentences/s. Targets (issue 40):
+term use ≥ 98%, BLEU ≥ plain − 0.5, no fragments, ≤ 1% of terms after the final mark.
+
+    flock -x /work/cpu.lock python scripts/bench_terminology.py --glossary preferred \
+        --run /work/bench/s7/dinu --term-mode constrain,annotate,both
 """
 
 from __future__ import annotations
@@ -45,7 +51,7 @@ import re
 import statistics
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -54,14 +60,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from seq2seq.config import load_run_config, with_changes  # noqa: E402
+from seq2seq.data.term_dictionary import WORD, dice_dictionary  # noqa: E402
 from seq2seq.decode.evaluate import score  # noqa: E402
 from seq2seq.decode.glossary import make_glossary, term_use  # noqa: E402
-from seq2seq.decode.translator import load_translator  # noqa: E402
+from seq2seq.decode.translator import load_translator, term_mode  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
-MIN_DICE, MIN_PAIRS = 0.3, 3
 PASSES = 3
-WORD = re.compile(r"[^\W\d_]{4,}")  # content-ish words: 4+ letters
+TERM_MODES = ("constrain", "annotate", "both")
 
 # Usual translation → a synonym a style guide might prefer (some hyphenated or of several words,
 # as company terms often are). Only nouns: a glossary holds names of things.
@@ -117,20 +123,7 @@ def _words(line: str) -> set[str]:
 
 def build_dictionary(src: list[str], tgt: list[str], wanted: set[str]) -> dict[str, str]:
     """Source word → its best target word by Dice over sentence pairs (only `wanted` words)."""
-    src_count, tgt_count, pair = Counter(), Counter(), defaultdict(Counter)
-    for s, t in zip(src, tgt):
-        sw, tw = _words(s), _words(t)
-        tgt_count.update(tw)
-        for w in sw & wanted:
-            src_count[w] += 1
-            pair[w].update(tw)
-    out = {}
-    for w, counts in pair.items():
-        best = max(counts, key=lambda t: 2 * counts[t] / (src_count[w] + tgt_count[t]))
-        dice = 2 * counts[best] / (src_count[w] + tgt_count[best])
-        if dice >= MIN_DICE and counts[best] >= MIN_PAIRS:
-            out[w] = best
-    return out
+    return dice_dictionary(src, tgt, wanted=wanted)
 
 
 def _surface(word: str, text: str) -> str | None:
@@ -262,6 +255,13 @@ def main() -> None:
     parser.add_argument("--last", type=int, default=1000, help="preferred: end of the pairs")
     parser.add_argument("--limit", type=int, default=0, help="preferred: at most this many")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--term-mode",
+        type=term_modes,
+        default=("constrain",),
+        help="preferred: how the glossary is applied, comma-separated, a row each: "
+        + ", ".join(TERM_MODES),
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -269,6 +269,15 @@ def main() -> None:
         preferred(args)
     else:
         learned(args)
+
+
+def term_modes(value: str) -> tuple[str, ...]:
+    """`--term-mode`'s comma-separated modes, each checked."""
+    modes = tuple(m.strip() for m in value.split(",") if m.strip())
+    bad = [m for m in modes if m not in TERM_MODES]
+    if bad or not modes:
+        raise argparse.ArgumentTypeError(f"term modes are {', '.join(TERM_MODES)}, not {value!r}")
+    return modes
 
 
 def learned(args) -> None:
@@ -366,54 +375,116 @@ def preferred(args) -> None:
     if args.limit and len(rows) > args.limit:
         rows = random.Random(args.seed).sample(rows, args.limit)
     print(f"glossary: {len(entries)} terms; {found} pairs with a term, {len(rows)} scored")
-    report = score_preferred(translator, rows, {e[2] for e in entries if e[2] in MADE_UP})
+    made_up = {e[2] for e in entries if e[2] in MADE_UP}
+    report = score_preferred(translator, rows, made_up, glossary, args.term_mode)
     report["glossary"] = [list(e) for e in entries]
     report["pairs"] = {"first": args.first, "last": args.last, "with_a_term": found}
     (args.out / "preferred.json").write_text(
         json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8"
     )
-    print(json.dumps({k: v for k, v in report.items() if k != "glossary"}, indent=2))
+    shown = {k: v for k, v in report.items() if k not in ("glossary", "outputs")}
+    print(json.dumps(shown, indent=2, ensure_ascii=False))
+    print(table(report))
 
 
-def score_preferred(translator, rows: list[dict], made_up: set[str]) -> dict:
-    """Decode the scored pairs plainly and with their terms; the report's figures."""
+def score_preferred(
+    translator, rows: list[dict], made_up: set[str], glossary, modes=("constrain",)
+) -> dict:
+    """Decode the scored pairs plainly, then with the glossary in each term mode; the plain
+    figures and a row per mode."""
     lines, terms = [r["src"] for r in rows], [r["terms"] for r in rows]
-    translator.translate(lines[:8], terms[:8])  # warm-up
+    translator.translate(lines[:8])  # warm-up
     start = time.perf_counter()
     plain = translator.translate(lines)
     plain_s = time.perf_counter() - start
-    start = time.perf_counter()
-    kept = translator.translate(lines, terms)
-    kept_s = time.perf_counter() - start
-    for row, p, k in zip(rows, plain, kept):
-        row["plain"], row["constrained"] = p, k
     refs, injected = [r["ref"] for r in rows], [r["injected"] for r in rows]
+    report = {
+        "sentences": len(rows),
+        "terms": sum(map(len, terms)),
+        "plain": {
+            "term_use": term_use(plain, terms),
+            "bleu_injected": score(plain, injected).bleu,
+            "plain_bleu": score(plain, refs).bleu,
+            "sentences_per_s": len(rows) / plain_s,
+        },
+        "modes": {},
+    }
+    for row, p in zip(rows, plain):
+        row["plain"] = p
+    for mode in modes:
+        outputs, seconds, applied = glossary_outputs(translator, lines, glossary, mode)
+        for row, out in zip(rows, outputs):
+            row[mode] = out
+        figures = mode_figures(outputs, rows, made_up)
+        report["modes"][mode] = {
+            "applied_as": applied,
+            **figures,
+            "plain_bleu": report["plain"]["plain_bleu"],
+            "sentences_per_s": len(rows) / seconds,
+        }
+    report["outputs"] = rows
+    return report
+
+
+def glossary_outputs(translator, lines: list[str], glossary, mode: str):
+    """Outputs with the glossary applied as `mode` says, their seconds, and the mode applied
+    (a run not trained with terms constrains instead of annotating)."""
+    t = translator.with_decode(translator.decode.model_copy(update={"term_mode": mode}))
+    t.translate_sources(t.prepare(lines[:8], glossary=glossary))  # warm-up
+    start = time.perf_counter()
+    found = t.translate_sources(t.prepare(lines, glossary=glossary))
+    seconds = time.perf_counter() - start
+    return [best[0][0] for best in found], seconds, term_mode(t, t.decode)
+
+
+def mode_figures(outputs: list[str], rows: list[dict], made_up: set[str]) -> dict:
+    """Term use, BLEU against the injected references, fragments and late terms of outputs."""
+    terms, injected = [r["terms"] for r in rows], [r["injected"] for r in rows]
     total = sum(map(len, terms))
     broken = [
         i
-        for i, (out, ts) in enumerate(zip(kept, terms))
+        for i, (out, ts) in enumerate(zip(outputs, terms))
         if any(fragments(out, t, t in made_up) for t in set(ts))
     ]
-    late = sum(after_final_mark(out, ts) for out, ts in zip(kept, terms))
+    late_at = [i for i, (out, ts) in enumerate(zip(outputs, terms)) if after_final_mark(out, ts)]
+    late = sum(after_final_mark(outputs[i], terms[i]) for i in late_at)
+
+    def example(i: int) -> dict:
+        return {"src": rows[i]["src"], "injected": injected[i], "output": outputs[i]}
+
     return {
-        "sentences": len(rows),
-        "terms": total,
-        "term_use": term_use(kept, terms),
-        "bleu_injected": score(kept, injected).bleu,
-        "plain_bleu": score(plain, refs).bleu,
-        "plain_bleu_injected": score(plain, injected).bleu,
-        "plain_term_use": term_use(plain, terms),
+        "term_use": term_use(outputs, terms),
+        "bleu_injected": score(outputs, injected).bleu,
         "outputs_with_fragments": len(broken),
         "after_final_mark": {"count": late, "share_of_terms": late / total if total else 0.0},
-        "sentences_per_s": {"plain": len(rows) / plain_s, "constrained": len(rows) / kept_s},
         "examples": {
-            "fragments": [rows[i] for i in broken[:10]],
-            "after_final_mark": [r for r in rows if after_final_mark(r["constrained"], r["terms"])][
-                :10
-            ],
+            "fragments": [example(i) for i in broken[:10]],
+            "after_final_mark": [example(i) for i in late_at[:10]],
         },
-        "outputs": rows,
     }
+
+
+def table(report: dict) -> str:
+    """The rows as a Markdown table: plain, then each term mode."""
+    head = (
+        "| search | term use | BLEU injected | plain BLEU | fragments | after final mark | sent/s |"
+    )
+    lines = [head, "|" + " --- |" * 7]
+    p = report["plain"]
+    lines.append(
+        f"| plain | {p['term_use']['rate']:.1%} | {p['bleu_injected']:.1f} | {p['plain_bleu']:.1f} "
+        f"| – | – | {p['sentences_per_s']:.1f} |"
+    )
+    for mode, m in report["modes"].items():
+        late = m["after_final_mark"]
+        name = mode if m["applied_as"] == mode else f"{mode} (as {m['applied_as']})"
+        lines.append(
+            f"| {name} | {m['term_use']['rate']:.1%} | {m['bleu_injected']:.1f} "
+            f"| {m['plain_bleu']:.1f} "
+            f"| {m['outputs_with_fragments']} | {late['count']} ({late['share_of_terms']:.1%}) "
+            f"| {m['sentences_per_s']:.1f} |"
+        )
+    return "\n".join(lines)
 
 
 def per_constraint_cost(translator, src: list[str], ref: list[str], ok: list[list[str]]) -> dict:

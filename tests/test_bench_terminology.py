@@ -4,10 +4,15 @@ term fragments and of terms written after the final full stop."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
 import pytest
+
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.glossary import make_glossary
+from tests.factories import tiny_translator
 
 _PATH = Path(__file__).resolve().parents[1] / "scripts" / "bench_terminology.py"
 _SPEC = importlib.util.spec_from_file_location("bench_terminology", _PATH)
@@ -101,3 +106,27 @@ def test_fragments_are_started_terms_left_unfinished(output, term, strict, expec
 )
 def test_terms_after_the_final_full_stop_are_counted(output, terms, expected):
     assert bench.after_final_mark(output, terms) == expected
+
+
+def test_the_modes_are_parsed_and_checked():
+    assert bench.term_modes("constrain, annotate,both") == ("constrain", "annotate", "both")
+    with pytest.raises(argparse.ArgumentTypeError, match="term modes are constrain, annotate"):
+        bench.term_modes("annotated")
+
+
+@pytest.mark.slow
+def test_each_term_mode_is_a_row_and_a_run_without_markers_says_it_constrained(tmp_path):
+    decode = DecodeConfig(beam_size=2, split_sentences=False, max_len_a=0.0, max_len_b=16)
+    translator = tiny_translator(tmp_path, list(zip(SRC, REF)) * 20, decode)
+    glossary = make_glossary([("button", "bouton"), ("window", "fenêtre")])
+    rows = [
+        {"src": s, "ref": r, "injected": r, "terms": glossary.terms_in(s)}
+        for s, r in zip(SRC, REF)
+        if glossary.terms_in(s)
+    ]
+    report = bench.score_preferred(translator, rows, set(), glossary, ("constrain", "annotate"))
+    assert list(report["modes"]) == ["constrain", "annotate"]
+    assert report["modes"]["constrain"]["term_use"]["rate"] == 1.0  # forced, by a random model
+    assert report["modes"]["annotate"]["applied_as"] == "constrain"  # its tokenizer has no <t>
+    assert all(r["constrain"] and r["plain"] for r in report["outputs"])
+    assert "| annotate (as constrain) | 100.0% |" in bench.table(report)
