@@ -77,7 +77,7 @@ def dice_dictionary(
     best = order[first]
     keep = best[(dice[best] >= min_dice) & (pairs[best] >= min_pairs)]
     s_words, t_words = list(s_vocab), list(t_vocab)
-    return {s_words[int(s_id[k])]: t_words[int(t_id[k])] for k in keep}
+    return {s_words[s]: t_words[t] for s, t in zip(s_id[keep].tolist(), t_id[keep].tolist())}
 
 
 def training_dictionary(src: Iterable[str], tgt: Iterable[str]) -> list[tuple[str, str]]:
