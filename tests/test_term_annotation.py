@@ -142,12 +142,12 @@ def test_terms_are_off_by_default_and_then_the_tokenizer_has_no_markers(tmp_path
     assert AugmentConfig(term_dictionary="x.tsv").active() is False  # a file alone is not on
 
 
-def _feed(folder, pairs, augment):
+def _feed(folder, pairs, augment, reuse_tokenizer=False):
     config = write_tiny_config(
         folder, pairs, data={"augment": augment}, train={"max_tokens": 300, "max_epochs": 1}
     )
     cfg = load_config(config)
-    data = prepare_data(cfg, False)
+    data = prepare_data(cfg, reuse_tokenizer)
     info = SimpleNamespace(cfg=cfg, data=data, device=torch.device("cpu"), info=Dist())
     return UpdateFeed(info), data.tokenizer
 
@@ -176,3 +176,19 @@ def test_trained_with_terms_the_markers_are_whole_pieces_in_sources_and_never_in
     assert annotated > 0.5 * len(rows)
     again, _ = _feed(tmp_path, demo_pairs[:200], {"terms": 1.0})
     assert _rows(again) == rows  # the same seed: the same annotations
+
+
+def _texts(feed, tok):
+    rows = _rows(feed)
+    return ["".join(tok.src_pieces(src)).replace("▁", " ") for src, _ in rows]
+
+
+def test_terms_leave_the_other_modifiers_draws_as_they_were(tmp_path, demo_pairs):
+    never = tmp_path / "never.tsv"
+    never.write_text("zebra crossing\tpassage piéton\n", encoding="utf-8")
+    others = {"uppercase": 0.3, "typos": 0.3, "remove_end_punct": 0.3}
+    terms = {**others, "terms": 1.0, "term_dictionary": str(never)}
+    with_terms = _texts(*_feed(tmp_path, demo_pairs[:200], terms))
+    # The same tokenizer (the one with the markers), so that the batches are the same.
+    alone = _texts(*_feed(tmp_path, demo_pairs[:200], others, reuse_tokenizer=True))
+    assert with_terms == alone
