@@ -5,6 +5,11 @@ every operator's own time), with the CPU's model and flags.
 
     python scripts/profile_decode.py --run R --data ../shared/data/enfr --beam 4 --threads 2
 
+`--counts` measures no time: operator calls, tensor allocations and bytes allocated per decoder
+step (what a step costs the host whatever the machine's load), e.g. to compare two checkouts:
+
+    PYTHONPATH=OTHER_CHECKOUT python scripts/profile_decode.py --run R --counts
+
 Issue 44 item 1: the breakdown measured before anything is changed, on each kind of CPU.
 """
 
@@ -80,6 +85,35 @@ def profile(run: Path, lines: list[str], beam: int, threads: int, quantize: str)
     }
 
 
+def count(run: Path, lines: list[str], beam: int, quantize: str) -> dict:
+    """Operator calls (outermost, and all), allocations and allocated MB per decoder step for
+    one pass of `lines`, after a warm-up pass: independent of the machine's load."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    from seq2seq.config import run_decode
+    from seq2seq.decode.translator import load_translator
+
+    decode = run_decode(run, beam_size=beam, batch_size=32, quantize=quantize)
+    translator, _ = load_translator(run, device="cpu", decode=decode)
+    translator.translate(lines[:64])
+    model, steps = translator.model, [0]
+    step = model.decode_step
+    model.decode_step = lambda *a, **k: steps.__setitem__(0, steps[0] + 1) or step(*a, **k)
+    with torch_profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        translator.translate(lines)
+    events = [e for e in prof.events() if e.name != "[memory]"]
+    allocs = [e.cpu_memory_usage for e in prof.events() if e.name == "[memory]"]
+    per = max(steps[0], 1)
+    return {
+        "decoder_steps": steps[0],
+        "ops_per_step": len([e for e in events if e.cpu_parent is None]) / per,
+        "all_ops_per_step": len(events) / per,
+        "allocations_per_step": len([b for b in allocs if b > 0]) / per,
+        "allocated_mb_per_step": sum(b for b in allocs if b > 0) / per / 2**20,
+    }
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", type=Path, required=True)
@@ -89,8 +123,18 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quantize", default="none")
     p.add_argument("--json", type=Path)
+    p.add_argument("--counts", action="store_true", help="operator and allocation counts only")
     args = p.parse_args()
     lines = (args.data / "valid.en").read_text("utf-8").splitlines()[: args.lines]
+    if args.counts:
+        counts = count(args.run, lines, args.beam, args.quantize)
+        print(
+            f"{len(lines)} lines, beam {args.beam}, {args.quantize}: "
+            + ", ".join(
+                f"{k} {v:.2f}" if isinstance(v, float) else f"{k} {v}" for k, v in counts.items()
+            )
+        )
+        return
     result = profile(args.run, lines, args.beam, args.threads, args.quantize)
     result["cpu"] = cpu_line()
     result["settings"] = {k: str(v) for k, v in vars(args).items()}

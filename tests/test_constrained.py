@@ -223,7 +223,7 @@ class _BigramModel:
     def encode(self, src, src_mask):
         return src
 
-    def start_decoding(self, memory, src_mask, beam):
+    def start_decoding(self, memory, src_mask, beam, capacity=None):
         class Cache:
             def reorder(self, rows):
                 pass
@@ -284,7 +284,7 @@ class _ScriptedModel(torch.nn.Module):
     def encode(self, src, src_mask):
         return src
 
-    def start_decoding(self, memory, src_mask, beam):
+    def start_decoding(self, memory, src_mask, beam, capacity=None):
         return _Steps()
 
     def decode_step(self, ids, cache):

@@ -101,9 +101,9 @@ def beam_loop(
     """Beam search over a padded batch [B, S] with `strategy` choosing the candidates."""
     _check(beam, nbest, alpha, length_norm)
     eos, device, k = special.eos, src.device, beam
-    cache, limits = start(model, src, src_mask, max_len_a, max_len_b, beam=k)
-    limits = strategy.limits(limits, model.cfg.max_positions - 1)
-    steps = int(limits.max())
+    cache, limits, steps = start(
+        model, src, src_mask, max_len_a, max_len_b, beam=k, adjust=strategy.limits
+    )
     never = present(scored, torch.tensor(special.never_generated, dtype=torch.long, device=device))
     open_ = _Open.start(src.size(0), k, special.start, device)
     finished: Finished | None = None

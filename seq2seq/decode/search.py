@@ -199,8 +199,8 @@ def greedy(
     per sentence (`rows`: the sorted target ids a shortlist scores, EOS and the `first` tokens
     among them)."""
     eos, device = special.eos, src.device
-    cache, limits = start(model, src, src_mask, max_len_a, max_len_b)
-    n, steps = src.size(0), int(limits.max())
+    cache, limits, steps = start(model, src, src_mask, max_len_a, max_len_b)
+    n = src.size(0)
     # On the device once, not once a step.
     never = present(rows, torch.tensor(special.never_generated, dtype=torch.long, device=device))
     eos_column = eos if rows is None else int(positions(rows, torch.tensor(eos, device=device)))

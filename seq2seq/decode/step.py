@@ -23,12 +23,17 @@ def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> to
     return (a * src_lens + b).floor().long().clamp(min=1, max=cap)
 
 
-def start(model, src, src_mask, a: float, b: int, beam: int = 1):
-    """Encode the batch: the decoder's cache (`beam` rows a sentence) and each output cap."""
+def start(model, src, src_mask, a: float, b: int, beam: int = 1, adjust=None):
+    """Encode the batch: the decoder's cache (`beam` rows a sentence, room for the longest
+    output), each output cap (`adjust`ed: a strategy's `limits`) and the longest."""
     memory = model.encode(src, src_mask)
     # The BOS position takes one slot of the positional table.
-    limits = max_output_lengths(src_mask, a, b, model.cfg.max_positions - 1)
-    return model.start_decoding(memory, src_mask, beam), limits
+    cap = model.cfg.max_positions - 1
+    limits = max_output_lengths(src_mask, a, b, cap)
+    if adjust is not None:
+        limits = adjust(limits, cap)
+    steps = int(limits.max())
+    return model.start_decoding(memory, src_mask, beam, capacity=steps), limits, steps
 
 
 def next_token_scores(

@@ -21,6 +21,9 @@ from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.errors import ConfigError
 
+# Positions a decoder cache makes room for when its caller does not say (it doubles as needed).
+INITIAL_CAPACITY = 16
+
 ACTIVATIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "relu": F.relu,
     "gelu": F.gelu,  # the exact (erf) form, as transformers' "gelu"
@@ -163,29 +166,29 @@ class MultiHeadAttention(nn.Module):
         k, v = self.kv_proj(memory).split(self.d_model, dim=-1)
         return self._split_heads(k), self._split_heads(v)
 
-    def step(
-        self, x: torch.Tensor, past_k: torch.Tensor, past_v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Self-attention of one new position over itself and the cached ones; returns the
-        output and the keys/values grown by that position."""
-        q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
-        k = torch.cat([past_k, self._split_heads(k)], dim=2)
-        v = torch.cat([past_v, self._split_heads(v)], dim=2)
+    def step(self, x: torch.Tensor, kv: torch.Tensor, t: int) -> torch.Tensor:
+        """Self-attention of one new position `t` over itself and the cached ones: its key and
+        value are written in place into `kv` [N, 2, H, capacity, d_head] (keys 0, values 1)."""
+        heads = self.qkv_proj(x).view(x.size(0), 3, self.heads, self.d_model // self.heads)
+        kv[:, :, :, t].copy_(heads[:, 1:])
         # The newest position may see every cached one: no mask (and not SDPA's `is_causal`,
         # which would align a single query with the first key).
-        return self._attend(self._split_heads(q), k, v, None), k, v
+        return self._attend(
+            heads[:, 0].unsqueeze(2), kv[:, 0, :, : t + 1], kv[:, 1, :, : t + 1], None
+        )
 
     def step_cross(
         self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, src_mask: torch.Tensor
     ) -> torch.Tensor:
         """Cross-attention of one new position per hypothesis over cached encoder keys/values.
 
-        `x` holds [sentences × beam] hypotheses, `k`/`v`/`src_mask` one entry per sentence: a
-        sentence's beams attend as `beam` queries over its keys, which are never copied per beam.
+        `x` holds [sentences × beam] hypotheses, `k`/`v` one entry per sentence: a sentence's
+        beams attend as `beam` queries over its keys, which are never copied per beam.
+        `src_mask` [sentences, 1, S] is already shaped for the sentence's queries.
         """
         n = k.size(0)
         q = self.q_proj(x).view(n, -1, self.d_model)  # [sentences, beam, d]
-        y = self._attend(self._split_heads(q), k, v, src_mask.unsqueeze(1))
+        y = self._attend(self._split_heads(q), k, v, src_mask)
         return y.view(x.shape)
 
     def _attend(self, q, k, v, mask, causal: bool = False) -> torch.Tensor:
@@ -277,18 +280,13 @@ class DecoderLayer(nn.Module):
         return self.ffn_block(x, self.ffn)
 
     def step(self, x: torch.Tensor, cache: DecoderCache, layer: int) -> torch.Tensor:
-        """One new position through the layer, reading and growing the layer's cache."""
-        k, v = cache.self_k[layer], cache.self_v[layer]
-
-        def self_attention(h: torch.Tensor) -> torch.Tensor:
-            y, cache.self_k[layer], cache.self_v[layer] = self.self_attn.step(h, k, v)
-            return y
-
-        x = self.self_block(x, self_attention)
+        """One new position through the layer, reading and writing the layer's cache."""
+        kv, t = cache.layer(layer), cache.length
+        x = self.self_block(x, lambda h: self.self_attn.step(h, kv, t))
         x = self.cross_block(
             x,
             lambda h: self.cross_attn.step_cross(
-                h, cache.cross_k[layer], cache.cross_v[layer], cache.src_mask
+                h, cache.cross_k[layer], cache.cross_v[layer], cache.query_mask
             ),
         )
         return self.ffn_block(x, self.ffn)
@@ -298,23 +296,49 @@ class DecoderLayer(nn.Module):
 class DecoderCache:
     """What incremental decoding keeps between steps (fairseq's incremental state).
 
-    Per decoder layer: self-attention keys/values of each hypothesis's positions so far (rows
-    are sentences × beam, a sentence's beams adjacent), and cross-attention keys/values of the
-    encoder output, computed once and kept once per sentence.
+    Self-attention keys and values of each hypothesis's positions so far live in one buffer
+    allocated once for the batch's longest output (rows are sentences × beam, a sentence's
+    beams adjacent): a step writes its position in place instead of concatenating, and a beam
+    reorder or a shrinking batch gathers the rows into a second buffer that then swaps in, just
+    before the next step reads them, so a reorder and a shrink in the same step copy once.
+    Cross-attention keys/values of the encoder output are computed once and kept once per
+    sentence.
     """
 
-    self_k: list[torch.Tensor]  # [sentences × beam, H, t, d_head] each
-    self_v: list[torch.Tensor]
+    kv: torch.Tensor  # [rows, layers, 2 (keys, values), H, capacity, d_head]; first `rows` used
     cross_k: list[torch.Tensor]  # [sentences, H, S, d_head] each
     cross_v: list[torch.Tensor]
     src_mask: torch.Tensor  # [sentences, S]
     beam: int = 1
     length: int = 0  # positions decoded so far
+    rows: int = 0  # hypotheses decoding now
+    spare: torch.Tensor | None = None  # where the next gather writes, then swapped with `kv`
+    pending: torch.Tensor | None = None  # the rows the next step continues, not yet gathered
+    limit: int | None = None  # the most positions the buffer may ever need (max_positions)
+
+    def __post_init__(self) -> None:
+        self.rows = self.rows or self.kv.size(0)
+        self._views()
+
+    @property
+    def self_k(self) -> list[torch.Tensor]:
+        """Each layer's cached keys [rows, H, length, d_head] (views of the buffer)."""
+        self.settle()
+        return [self.kv[: self.rows, i, 0, :, : self.length] for i in range(self.kv.size(1))]
+
+    @property
+    def self_v(self) -> list[torch.Tensor]:
+        """Each layer's cached values [rows, H, length, d_head] (views of the buffer)."""
+        self.settle()
+        return [self.kv[: self.rows, i, 1, :, : self.length] for i in range(self.kv.size(1))]
+
+    def layer(self, i: int) -> torch.Tensor:
+        """Layer i's keys and values [rows, 2, H, capacity, d_head], for a step to use."""
+        return self._layers[i]
 
     def reorder(self, rows: torch.Tensor) -> None:
         """Hypothesis i continues row `rows[i]` (beams moving within their sentence)."""
-        self.self_k = [t.index_select(0, rows) for t in self.self_k]
-        self.self_v = [t.index_select(0, rows) for t in self.self_v]
+        self.pending = rows if self.pending is None else self.pending.index_select(0, rows)
 
     def keep(self, sentences: torch.Tensor) -> None:
         """Only these sentences (and all their beams) go on, in this order."""
@@ -325,6 +349,38 @@ class DecoderCache:
         self.cross_k = [t.index_select(0, sentences) for t in self.cross_k]
         self.cross_v = [t.index_select(0, sentences) for t in self.cross_v]
         self.src_mask = self.src_mask.index_select(0, sentences)
+        self.query_mask = self.src_mask.unsqueeze(1)
+
+    def settle(self) -> None:
+        """Gather the pending rows and make room for one more position: before a step."""
+        if self.pending is not None:
+            rows, self.pending = self.pending, None
+            if self.spare is None:
+                self.spare = torch.empty_like(self.kv)
+            t, into = self.length, self.spare[: rows.numel(), ..., : self.length, :]
+            if self.kv.requires_grad:  # outside inference mode (tests): `out=` cannot record it
+                into.copy_(self.kv[: self.rows, ..., :t, :].index_select(0, rows))
+            else:
+                torch.index_select(self.kv[: self.rows, ..., :t, :], 0, rows, out=into)
+            self.kv, self.spare, self.rows = self.spare, self.kv, rows.numel()
+            self._views()
+        if self.length == self.kv.size(4):
+            self._grow()
+
+    def _grow(self) -> None:
+        """Twice the room (a caller that did not say how long outputs may get)."""
+        capacity = 2 * self.kv.size(4)
+        if self.limit is not None:
+            capacity = max(min(capacity, self.limit), self.length + 1)
+        shape = (*self.kv.shape[:4], capacity, self.kv.size(5))
+        kv = self.kv.new_empty(shape)
+        kv[: self.rows, ..., : self.length, :] = self.kv[: self.rows, ..., : self.length, :]
+        self.kv, self.spare = kv, None
+        self._views()
+
+    def _views(self) -> None:
+        self._layers = [self.kv[: self.rows, i] for i in range(self.kv.size(1))]
+        self.query_mask = self.src_mask.unsqueeze(1)  # [sentences, 1, S]: every beam's query
 
 
 def _without_row(grad: torch.Tensor, row: int) -> torch.Tensor:
@@ -465,17 +521,29 @@ class Transformer(nn.Module):
         return out if self.final_logits_bias is None else out + self.final_logits_bias[rows]
 
     def start_decoding(
-        self, memory: torch.Tensor, src_mask: torch.Tensor, beam: int = 1
+        self,
+        memory: torch.Tensor,
+        src_mask: torch.Tensor,
+        beam: int = 1,
+        capacity: int | None = None,
     ) -> DecoderCache:
-        """An empty cache for `beam` hypotheses per sentence; cross keys/values computed once."""
+        """An empty cache for `beam` hypotheses per sentence, with room for `capacity` positions
+        (grown when exceeded); cross keys/values computed once."""
         cross = [layer.cross_attn.memory_keys_values(memory) for layer in self.decoder_layers]
-        heads = self.cfg.heads
+        heads, limit = self.cfg.heads, self.cfg.max_positions
+        room = min(capacity or INITIAL_CAPACITY, limit)
         # In the dtype the projections compute in (bf16 under autocast; `memory` leaves a
         # LayerNorm in float32), so the self-attention cache never holds or promotes to more.
-        empty = cross[0][0].new_zeros(memory.size(0) * beam, heads, 0, self.cfg.d_model // heads)
-        n = len(self.decoder_layers)
+        kv = cross[0][0].new_empty(
+            memory.size(0) * beam,
+            len(self.decoder_layers),
+            2,
+            heads,
+            room,
+            self.cfg.d_model // heads,
+        )
         return DecoderCache(
-            [empty] * n, [empty] * n, [k for k, _ in cross], [v for _, v in cross], src_mask, beam
+            kv, [k for k, _ in cross], [v for _, v in cross], src_mask, beam, limit=limit
         )
 
     def decode_step(
@@ -487,6 +555,7 @@ class Transformer(nn.Module):
         Equal to the last position of the full decoder on the whole prefix, at O(t) per step
         instead of O(t²); `cache` grows by one position.
         """
+        cache.settle()
         x = self.embed(self.tgt_embed, ids.unsqueeze(1), offset=cache.length)
         for i, layer in enumerate(self.decoder_layers):
             x = layer.step(x, cache, i)
