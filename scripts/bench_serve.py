@@ -612,7 +612,9 @@ def print_models(rows: list[dict], models: dict, args, codes: dict) -> None:
         f"\ntwo models: {total:.1f} sent/s together; RSS at the start of a row "
         f"{summary['two']['rss_idle_mb']:.0f} MB vs {summary['one']['rss_idle_mb']:.0f} MB "
         "with one "
-        f"(+{summary['two']['rss_idle_mb'] - summary['one']['rss_idle_mb']:.0f} MB)"
+        f"(+{summary['two']['rss_idle_mb'] - summary['one']['rss_idle_mb']:.0f} MB); each "
+        f"model decodes on its own thread with {args.threads} torch thread(s), so two models "
+        "may use twice the cores one does"
     )
     (args.out / "models.json").write_text(
         json.dumps({"rows": rows, "median": summary, "models": models}, indent=2)
