@@ -188,14 +188,7 @@ def parse_translate_request(
         marked = _markup(lines, req.format, name, single)
         lines = [m.text for m in marked]
     return TranslateRequest(
-        lines,
-        single,
-        options,
-        pairs,
-        req.source_lang,
-        req.target_lang,
-        marked=marked,
-        model=req.model,
+        lines, single, options, pairs, req.source_lang, req.target_lang, marked, req.model
     )
 
 
