@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
@@ -105,21 +106,21 @@ def beam_loop(
         model, src, src_mask, max_len_a, max_len_b, beam=k, adjust=strategy.limits
     )
     never = present(scored, torch.tensor(special.never_generated, dtype=torch.long, device=device))
-    open_ = _Open.start(src.size(0), k, special.start, device)
+    open_ = _Open.start(limits, k, special.start)
     finished: Finished | None = None
     for t in range(steps):
         n = open_.active.numel()
         logits, norm = next_token_scores(model, open_.ids, cache, never, scored)
         if t == 0 and first is not None:  # every sentence is still active at the first step
             logits, norm = forced(logits, positions(scored, first.to(device)).repeat_interleave(k))
-        at_cap = t + 1 >= limits[open_.active]
+        at_cap = t + 1 >= open_.limits
         cand = strategy.candidates(logits, norm, open_.scores, at_cap, open_.active)
         ends = cand.token == eos
 
         # Candidates ending within the first k join the finished ones; the best k stay.
         unmet = strategy.unmet(cand.choice[:, :k])
         finished = finished or Finished.empty(src.size(0), k, steps, unmet.size(2), device)
-        score, log_prob, tokens = _ending(cand, ends, open_.history, k, t, steps)
+        score, log_prob, tokens = _ending(cand, ends, open_.history, k, t)
         divisor = length_penalty(t + 1, alpha, length_norm)
         best = finished.add(open_.active, score / divisor, log_prob, unmet, t + 1, tokens)
 
@@ -131,7 +132,7 @@ def beam_loop(
         cache.reorder(rows)
 
         done = at_cap | ~(open_.scores > -math.inf).any(1)
-        done = done | strategy.done(best[:, -1], open_.scores, limits[open_.active], t + 1)
+        done = done | strategy.done(best[:, -1], open_.scores, open_.limits, t + 1)
         done = poll_dropped(done, dropped, t, open_.active)
         keep = still_decoding(done)
         if keep.numel() == 0:
@@ -162,16 +163,19 @@ class _Open:
     """The open hypotheses: k rows a sentence, for the sentences still searching."""
 
     active: torch.Tensor  # [n] original sentence indices
+    limits: torch.Tensor  # [n] their output caps
     scores: torch.Tensor  # [n, k] log-probabilities (-inf: an empty slot)
     history: torch.Tensor  # [n·k, t] tokens so far
     ids: torch.Tensor  # [n·k] the last token of each
 
     @classmethod
-    def start(cls, batch: int, k: int, start_id: int, device) -> _Open:
+    def start(cls, limits: torch.Tensor, k: int, start_id: int) -> _Open:
+        batch, device = limits.size(0), limits.device
         scores = torch.full((batch, k), -math.inf, device=device)
         scores[:, 0] = 0.0  # one start hypothesis, so the first step's picks are all distinct
         return cls(
             torch.arange(batch, device=device),
+            limits,
             scores,
             torch.empty(batch * k, 0, dtype=torch.long, device=device),
             torch.full((batch * k,), start_id, dtype=torch.long, device=device),
@@ -183,19 +187,20 @@ class _Open:
         self.history = torch.cat([self.history[rows], self.ids.unsqueeze(1)], dim=1)
 
     def keep(self, keep, keep_rows) -> None:
-        self.active, self.scores = self.active[keep], self.scores[keep]
+        self.active, self.limits, self.scores = (
+            self.active[keep],
+            self.limits[keep],
+            self.scores[keep],
+        )
         self.history, self.ids = self.history[keep_rows], self.ids[keep_rows]
 
 
-def _ending(cand: Candidates, ends, history, k: int, t: int, steps: int):
+def _ending(cand: Candidates, ends, history, k: int, t: int):
     """Of the first k candidates, those that end: their log-probabilities as scores (-inf for
-    the others), log-probabilities [n, k] and tokens [n, k, steps] (EOS implied by length)."""
-    n = ends.size(0)
+    the others), log-probabilities [n, k] and tokens [n, k, t] (EOS implied by length)."""
     first = cand.total[:, :k]
     finish = ends[:, :k] & (first > -math.inf)
-    tokens = torch.zeros(n, k, steps, dtype=torch.long, device=ends.device)
-    if t:
-        tokens[:, :, :t] = history[cand.row[:, :k].reshape(-1)].view(n, k, t)
+    tokens = history[cand.row[:, :k].reshape(-1)].view(ends.size(0), k, t)
     return torch.where(finish, first, -math.inf), first, tokens
 
 
@@ -205,44 +210,52 @@ class Finished:
     score less UNMET_PENALTY per unmet term (key -inf: an empty slot)."""
 
     key: torch.Tensor  # [B, k]
-    score: torch.Tensor  # [B, k] length-normalised log-probability
-    log_prob: torch.Tensor  # [B, k]
-    length: torch.Tensor  # [B, k], EOS included
-    tokens: torch.Tensor  # [B, k, steps]
+    # [B, k, 3]: length-normalised log-probability, log-probability and length (EOS included),
+    # in float64, which holds each exactly, so one gather moves all three
+    values: torch.Tensor
+    tokens: torch.Tensor  # [B, k, steps]; columns from a hypothesis's length on are 0
     unmet: torch.Tensor  # [B, k, C]
 
     @classmethod
     def empty(cls, batch: int, k: int, steps: int, c: int, device) -> Finished:
+        values = torch.zeros(batch, k, 3, dtype=torch.float64, device=device)
+        values[:, :, 0], values[:, :, 2] = -math.inf, 1
         return cls(
             torch.full((batch, k), -math.inf, device=device),
-            torch.full((batch, k), -math.inf, device=device),
-            torch.zeros(batch, k, device=device),
-            torch.ones(batch, k, dtype=torch.long, device=device),
+            values,
             torch.zeros(batch, k, steps, dtype=torch.long, device=device),
             torch.zeros(batch, k, c, dtype=torch.bool, device=device),
         )
 
     def add(self, active, score, log_prob, unmet, length: int, tokens) -> torch.Tensor:
-        """Merge new finished hypotheses [n, k] of the `active` sentences, keep the best k of
-        each; return their keys [n, k]."""
+        """Merge new finished hypotheses [n, k] (`tokens` [n, k, length - 1]) of the `active`
+        sentences, keep the best k of each; return their keys [n, k]."""
         key = score - UNMET_PENALTY * unmet.sum(2) if unmet.size(2) else score
         best, order = torch.cat([self.key[active], key], 1).topk(score.size(1), dim=1)
         self.key[active] = best
-        lengths = torch.full_like(log_prob, length, dtype=torch.long)
-        for name, new in (("score", score), ("log_prob", log_prob), ("length", lengths)):
-            old = getattr(self, name)
-            old[active] = torch.cat([old[active], new], 1).gather(1, order)
-        for name, new in (("tokens", tokens), ("unmet", unmet)):
-            old = getattr(self, name)
-            idx = order.unsqueeze(2).expand(-1, -1, old.size(2))
-            old[active] = torch.cat([old[active], new], 1).gather(1, idx)
+        new = torch.stack([score, log_prob, torch.full_like(score, length)], 2)
+        self.values[active] = torch.cat([self.values[active], new], 1).gather(
+            1, order.unsqueeze(2).expand(-1, -1, 3)
+        )
+        # Every hypothesis finished so far is shorter than the new ones: its later columns are
+        # 0, so only the first length - 1 columns move.
+        width = tokens.size(2)
+        if width:
+            old = self.tokens[active, :, :width]
+            idx = order.unsqueeze(2).expand(-1, -1, width)
+            self.tokens[active, :, :width] = torch.cat([old, tokens], 1).gather(1, idx)
+        if unmet.size(2):
+            idx = order.unsqueeze(2).expand(-1, -1, unmet.size(2))
+            self.unmet[active] = torch.cat([self.unmet[active], unmet], 1).gather(1, idx)
         return best
 
     def rows(self, term_len: torch.Tensor | None = None):
         """Per sentence: (score, log_prob, tokens, unmet indices) of each filled slot, best
         first (one device read); `term_len` [B, C] > 0 marks the real terms."""
         unmet = self.unmet if term_len is None else self.unmet & (term_len > 0).unsqueeze(1)
-        columns = (self.score, self.log_prob, self.length, self.tokens, unmet)
+        score, log_prob, length = self.values.unbind(2)
+        # Back to the float32 the search computed in, then to Python floats, as before.
+        columns = (score.float(), log_prob.float(), length.long(), self.tokens, unmet)
         for s, lp, lengths, toks, um in zip(*(c.tolist() for c in columns)):
             yield [
                 (s[j], lp[j], toks[j][: lengths[j] - 1], tuple(c for c, u in enumerate(um[j]) if u))
@@ -277,6 +290,7 @@ class PlainBeam:
         if rows is not None:
             eos = int(positions(rows, torch.tensor(eos, device=rows.device)))
         self.eos_column = eos
+        self._first_rows: torch.Tensor | None = None  # each sentence's first row, kept
 
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         return limits
@@ -293,16 +307,16 @@ class PlainBeam:
         # A sentence at its length cap may only end: each beam's one candidate is EOS.
         eos = self.eos
         eos_scores = (logits[:, self.eos_column] - norm).view(n, k, 1)
-        only_eos = torch.where(
-            torch.arange(width, device=logits.device) == 0, eos_scores, -math.inf
-        )
+        only_eos = F.pad(eos_scores, (0, width - 1), value=-math.inf)
         cap = at_cap.view(n, 1, 1)
         row_best = torch.where(cap, only_eos, row_best)
         row_token = torch.where(cap, eos, row_token)
         candidates = (scores.unsqueeze(2) + row_best).view(n, k * width)
         total, pick = candidates.topk(min(2 * k, k * width), dim=1)
         token = row_token.view(n, k * width).gather(1, pick)
-        row = torch.arange(n, device=logits.device).unsqueeze(1) * k + pick // width
+        if self._first_rows is None or self._first_rows.size(0) < n:  # [n, 1]: n·k
+            self._first_rows = torch.arange(n, device=logits.device).unsqueeze(1) * k
+        row = self._first_rows[:n] + pick // width
         return Candidates(total, token, row, pick)
 
     def unmet(self, choice: torch.Tensor) -> torch.Tensor:

@@ -208,13 +208,14 @@ def greedy(
     log_prob = torch.zeros(n, device=device)
     lengths = limits.clone()
     alive = torch.arange(n, device=device)  # sentences still decoding, by original index
+    alive_limits = limits  # their output caps
     ids = torch.full((n,), special.start, dtype=torch.long, device=device)
     for t in range(steps):
         logits, norm = next_token_scores(model, ids, cache, never, rows)
         if t == 0 and first is not None:
             logits, norm = forced(logits, positions(rows, first.to(device)))
         # A sentence at its length cap may only end.
-        column = torch.where(t + 1 >= limits[alive], eos_column, choose(logits))
+        column = torch.where(t + 1 >= alive_limits, eos_column, choose(logits))
         next_ids = column if rows is None else rows[column]
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, column.unsqueeze(1)).squeeze(1) - norm
@@ -226,7 +227,7 @@ def greedy(
             if keep.numel() == 0:
                 break
             cache.keep(keep)
-            alive, next_ids = alive[keep], next_ids[keep]
+            alive, alive_limits, next_ids = alive[keep], alive_limits[keep], next_ids[keep]
         ids = next_ids
     return _finished(tokens, lengths, log_prob, alpha, length_norm)
 
