@@ -1,6 +1,8 @@
 """On-the-fly augmentation (data.augment): each OpusTrainer modifier does what it says, pairs
-are changed at the configured rates, the changes are a pure function of (seed, epoch, batch),
-and a run resumed in the middle of an epoch is fed exactly the batches an uninterrupted run is."""
+are changed at the configured rates, the changes are a pure function of (seed, epoch, row)
+decided before the epoch is batched (so batches are cut on the augmented lengths and keep to
+train.max_tokens), and a run resumed in the middle of an epoch is fed exactly the batches an
+uninterrupted run is."""
 
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ import torch
 from seq2seq.config import AugmentConfig, load_config
 from seq2seq.data.augment import (
     MODIFIERS,
+    AugmentedEpoch,
+    Ragged,
     augment_pair,
-    batch_rng,
+    block_rng,
     noise_line,
     rates_of,
     remove_end_punct,
@@ -24,7 +28,8 @@ from seq2seq.data.augment import (
     typos,
     uppercase,
 )
-from seq2seq.data.corpus import prepare_data
+from seq2seq.data.batching import epoch_batches, iterate
+from seq2seq.data.corpus import lengths, prepare_data
 from seq2seq.errors import ConfigError
 from seq2seq.train.distributed import Dist
 from seq2seq.train.feed import UpdateFeed
@@ -64,14 +69,14 @@ def test_a_typo_changes_one_word_by_one_edit_and_typos_keep_the_word_count():
 def test_typos_touch_the_source_only():
     rates = np.array([1.0 if m == "typos" else 0.0 for m in MODIFIERS])
     src, tgt, _ = augment_pair(
-        "a very long sentence", "une phrase", None, rates, batch_rng(1, 0, 0)
+        "a very long sentence", "une phrase", None, rates, block_rng(1, 0, 0)
     )
     assert src != "a very long sentence" and tgt == "une phrase"
 
 
 def test_noise_is_the_same_random_printable_line_on_both_sides():
     rates = np.array([1.0 if m == "noise" else 0.0 for m in MODIFIERS])
-    src, tgt, links = augment_pair("hello", "bonjour", [(0, 0)], rates, batch_rng(1, 0, 0))
+    src, tgt, links = augment_pair("hello", "bonjour", [(0, 0)], rates, block_rng(1, 0, 0))
     assert src == tgt and src != "hello" and links == []
     for seed in range(100):
         line = noise_line(np.random.default_rng(seed))
@@ -92,7 +97,7 @@ def test_tags_wrap_an_aligned_word_pair_or_without_alignments_both_sentences():
 
 def test_case_comes_before_tags_so_tags_stay_lower_case():
     rates = np.array([1.0 if m in ("uppercase", "tags") else 0.0 for m in MODIFIERS])
-    src, tgt, _ = augment_pair("the car", "la voiture", [(1, 1)], rates, batch_rng(0, 0, 0))
+    src, tgt, _ = augment_pair("the car", "la voiture", [(1, 1)], rates, block_rng(0, 0, 0))
     assert src.split()[0] == "THE" and src.split()[1][:3] in ("<b>", "<i>", "<u>")
 
 
@@ -118,7 +123,7 @@ def test_the_same_seed_epoch_and_batch_give_the_same_changes_and_others_differ()
     rates = rates_of(AugmentConfig(uppercase=0.3, typos=0.5, tags=0.3, remove_end_punct=0.3))
 
     def run(seed, epoch, batch):
-        rng = batch_rng(seed, epoch, batch)
+        rng = block_rng(seed, epoch, batch)
         return [
             augment_pair(f"sentence number {i} .", "phrase .", None, rates, rng) for i in range(50)
         ]
@@ -178,15 +183,53 @@ def test_a_run_resumed_mid_epoch_gets_the_same_augmented_batches(tmp_path, demo_
     assert _batches(feed, TrainState(), n=5) == whole[:5]  # and a fresh start again the same
 
 
-def test_augmentation_changes_the_batches_but_not_their_order(tmp_path, demo_pairs):
+UNTAGGED = {**AUGMENT, "tags": 0.0}  # tags would train another tokenizer (with <b> in it)
+
+
+def test_with_augmentation_off_the_feed_gives_the_plain_batches(tmp_path, demo_pairs):
+    feed = _feed(tmp_path, demo_pairs, {})
+    assert feed.augmented(0) is None
+    ds, ids = feed.training.data.train, feed.training.data.tokenizer.ids
+    expected = []
+    for epoch in (0, 1):
+        batches = epoch_batches(
+            *lengths(ds), max_tokens=300, seed=feed.training.cfg.train.seed, epoch=epoch
+        )
+        expected += [(b.src.tolist(), b.tgt_in.tolist(), b.tgt_out.tolist())
+                     for b in iterate(ds, batches, ids=ids)]  # fmt: skip
+    assert _batches(feed, TrainState()) == expected
+
+
+def test_augmented_batches_keep_within_max_tokens_padding_included(tmp_path, demo_pairs):
     (tmp_path / "plain").mkdir()
     (tmp_path / "aug").mkdir()
     plain = _batches(_feed(tmp_path / "plain", demo_pairs, {}), TrainState())
-    untagged = {**AUGMENT, "tags": 0.0}  # tags would train another tokenizer (with <b> in it)
-    augmented = _batches(_feed(tmp_path / "aug", demo_pairs, untagged), TrainState())
-    assert len(plain) == len(augmented)
-    assert [len(a[0]) for a in augmented] == [len(p[0]) for p in plain]  # same rows a batch
-    assert any(a != p for a, p in zip(augmented, plain))
+    heavy = {**UNTAGGED, "uppercase": 0.5, "titlecase": 0.4}  # case splits words into pieces
+    feed = _feed(tmp_path / "aug", demo_pairs, heavy)
+    augmented = _batches(feed, TrainState())
+    assert augmented != plain
+    for src, _, tgt_out in augmented:
+        if len(src) > 1:  # a single pair longer than the budget is a batch of its own
+            assert len(src) * len(src[0]) <= 300 and len(tgt_out) * len(tgt_out[0]) <= 300
+    # Cut on the augmented lengths: each batch is as wide as its longest augmented pair.
+    aug = feed.augmented(0)
+    for idx, (src, _, tgt_out) in zip(feed.epoch_batches(0), augmented):
+        assert len(src[0]) == aug.src_lens[idx].max() and len(tgt_out[0]) == aug.tgt_lens[idx].max()
+
+
+def test_an_epochs_changes_are_drawn_per_pair_and_kept_as_flat_arrays(tmp_path, demo_pairs):
+    feed = _feed(tmp_path, demo_pairs, UNTAGGED)
+    first, second = feed.augmented(0), feed.augmented(1)
+    again = feed.augmented(0)  # built afresh: a feed keeps one epoch's
+    assert again is not first
+    assert np.array_equal(first.rows, again.rows)
+    assert np.array_equal(first.src.values, again.src.values)
+    assert not np.array_equal(first.rows, second.rows)
+    assert 0.3 * 200 < len(first.rows) < 200 and np.all(np.diff(first.rows) > 0)
+    assert isinstance(first.src.values, np.ndarray) and first.src.values.dtype == np.int32
+    for j, row in enumerate(first.rows.tolist()):
+        assert first.src_lens[row] == len(first.src[j])
+        assert first.tgt_lens[row] == len(first.tgt[j]) + 1  # and the EOS
 
 
 def test_tags_follow_the_word_alignments_into_the_guided_alignment_links(tmp_path, demo_pairs):
@@ -220,3 +263,16 @@ def test_tags_follow_the_word_alignments_into_the_guided_alignment_links(tmp_pat
                 linked = {pieces[s] for r, _, s in batch.align.tolist() if r == row}
                 assert linked & tags  # the tagged first word is the one still linked
     assert tagged > 0.8 * rows
+
+
+def test_a_batch_finds_its_changed_pairs_by_row_in_the_flat_arrays():
+    lens = np.ones(8, np.int32)
+    epoch = AugmentedEpoch(
+        np.array([1, 5]), Ragged.of([[1, 2], [3]]), Ragged.of([[4], [5, 6]]), None, lens, lens
+    )
+    assert epoch.changed_in(np.array([5, 0, 1, 7])) == [(0, 1), (2, 0)]
+    assert (epoch.src[1], epoch.tgt[1]) == ([3], [5, 6])
+    none = AugmentedEpoch(np.zeros(0, np.int64), Ragged.of([]), Ragged.of([]), None, lens, lens)
+    assert none.changed_in(np.array([0, 1])) == []
+    joined = Ragged.joined([Ragged.of([[1]]), Ragged.of([[2, 3], []])])
+    assert [joined[k] for k in range(3)] == [[1], [2, 3], []]

@@ -1,22 +1,25 @@
 """On-the-fly augmentation of training batches, after OpusTrainer's modifiers: upper and title
 case, typos, missing final punctuation, random-unicode noise and inline tags; and terminology
-annotation (data.term_annotation). Each batch's changes are drawn from (seed, epoch, batch
-index), so a resumed run sees the very same batches."""
+annotation (data.term_annotation). Each epoch's changes are decided and applied pair by pair
+before it is batched, drawn from (seed, epoch, row), and the changed pairs encoded again: the
+epoch is batched on their new lengths (so train.max_tokens holds, padding included), and a
+resumed run sees the very same batches."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from seq2seq.config import AugmentConfig, TokenizerConfig
+from seq2seq.config import AugmentConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.corpus import Part, piece_links, piece_words
-from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.parts import INLINE_TAGS
 from seq2seq.data.term_annotation import annotate_pair, term_rng
@@ -27,6 +30,7 @@ from seq2seq.data.term_dictionary import (
     write_term_dictionary,
 )
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds, Tokenizer
+from seq2seq.runtime import release_arrow_pages
 
 # The order a pair's draws are made in; case goes before tags so that `<b>` stays lower case.
 MODIFIERS = ("noise", "remove_end_punct", "uppercase", "titlecase", "typos", "tags")
@@ -37,15 +41,18 @@ _NOISE_RANGES = (
     (0x905, 0x939), (0x3041, 0x30FF), (0x4E00, 0x9FFF), (0xAC00, 0xD7A3),
 )  # fmt: skip
 
+# Rows that draw from one stream: each block's draws are made in row order, whatever the batches.
+BLOCK_ROWS = 4096
 TERM_DICTIONARY_FILE = "term_dictionary.tsv"  # the dictionary built for data.augment.terms
 
 Links = list[tuple[int, int]]
 log = logging.getLogger(__name__)
 
 
-def batch_rng(seed: int, epoch: int, batch: int) -> np.random.Generator:
-    """The random stream of one batch of one epoch: nothing else draws from it."""
-    return np.random.default_rng([seed, epoch, batch, _SALT])
+def block_rng(seed: int, epoch: int, block: int) -> np.random.Generator:
+    """The random stream of one block of BLOCK_ROWS rows of one epoch: nothing else draws
+    from it, so a row's changes depend on (seed, epoch, row) only, not on its batch."""
+    return np.random.default_rng([seed, epoch, block, _SALT])
 
 
 def uppercase(src: str, tgt: str) -> tuple[str, str]:
@@ -154,7 +161,15 @@ def augment_pair(
 ) -> tuple[str, str, Links | None] | None:
     """The pair with the modifiers its draws picked (each independently, with its rate), and
     its word links as they now stand; None when none was picked. Noise replaces the pair."""
-    drawn = dict(zip(MODIFIERS, (rng.random(len(MODIFIERS)) < rates).tolist()))
+    return modified_pair(src, tgt, links, rng.random(len(MODIFIERS)) < rates, rng)
+
+
+def modified_pair(
+    src: str, tgt: str, links: Links | None, picked: np.ndarray, rng: np.random.Generator
+) -> tuple[str, str, Links | None] | None:
+    """The pair with the `picked` modifiers (a flag each, in MODIFIERS' order) applied, their
+    details drawn from `rng`; None when none is picked (and then nothing is drawn)."""
+    drawn = dict(zip(MODIFIERS, picked.tolist()))
     if drawn["noise"]:
         line = noise_line(rng)
         return line, line, []
@@ -202,60 +217,141 @@ def word_links_of(tok: Tokenizer, flat: Sequence[int], src: list[int], tgt: list
     return sorted(link for link in links if min(link) >= 0)
 
 
-class BatchAugmenter:
-    """Augments the pairs of one epoch's batches and encodes the changed ones again with the
-    run's tokenizer (loaded where it runs, so a loader worker can take it)."""
+@dataclass(frozen=True)
+class Ragged:
+    """Variable-length int sequences in two flat arrays: sequence k is
+    values[offsets[k]:offsets[k + 1]] (no Python list per sequence, so an epoch of a large
+    corpus stays a few arrays)."""
+
+    offsets: np.ndarray  # int64 [K + 1]
+    values: np.ndarray  # int32 [sum of lengths]
+
+    @staticmethod
+    def of(seqs: Sequence[Sequence[int]]) -> Ragged:
+        """The sequences packed."""
+        offsets = np.zeros(len(seqs) + 1, dtype=np.int64)
+        np.cumsum([len(q) for q in seqs], out=offsets[1:])
+        values = np.fromiter(itertools.chain.from_iterable(seqs), np.int32, int(offsets[-1]))
+        return Ragged(offsets, values)
+
+    @staticmethod
+    def joined(parts: Sequence[Ragged]) -> Ragged:
+        """The parts' sequences one after another."""
+        shifts = np.cumsum([0] + [len(p.values) for p in parts[:-1]])
+        offsets = [np.zeros(1, np.int64)] + [p.offsets[1:] + s for p, s in zip(parts, shifts)]
+        values = [np.zeros(0, np.int32)] + [p.values for p in parts]
+        return Ragged(np.concatenate(offsets), np.concatenate(values))
+
+    def __getitem__(self, k: int) -> list[int]:
+        return self.values[self.offsets[k] : self.offsets[k + 1]].tolist()
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the two arrays."""
+        return self.offsets.nbytes + self.values.nbytes
+
+
+@dataclass(frozen=True)
+class AugmentedEpoch:
+    """One epoch's changed pairs: their rows (ascending), their new source and target ids and
+    piece links (None without alignments), and every row's lengths as the epoch batches them."""
+
+    rows: np.ndarray  # int64 [C]
+    src: Ragged
+    tgt: Ragged
+    links: Ragged | None
+    src_lens: np.ndarray  # int32 [N]: EOS-terminated source
+    tgt_lens: np.ndarray  # int32 [N]: target + EOS
+
+    def changed_in(self, idx: np.ndarray) -> list[tuple[int, int]]:
+        """(position in `idx`, index among the changed) of the changed rows of `idx`."""
+        if not len(self.rows):
+            return []
+        at = np.searchsorted(self.rows, idx)
+        hit = np.flatnonzero(self.rows[np.minimum(at, len(self.rows) - 1)] == idx)
+        return list(zip(hit.tolist(), at[hit].tolist()))
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the changed pairs and the lengths."""
+        ragged = [self.src, self.tgt] + ([self.links] if self.links is not None else [])
+        arrays = [self.rows, self.src_lens, self.tgt_lens]
+        return sum(r.nbytes for r in ragged) + sum(a.nbytes for a in arrays)
+
+
+class EpochAugmenter:
+    """Decides and applies an epoch's changes pair by pair before it is batched, and encodes
+    the changed pairs again with the run's tokenizer, so batches are cut on the new lengths."""
 
     def __init__(
         self,
         cfg: AugmentConfig,
         *,
-        run_dir: Path,
-        tokenizer: TokenizerConfig,
+        tokenizer: Tokenizer,
         max_len: int,
         parts: Sequence[Part],
         seed: int,
-        epoch: int,
         terms: TermDictionary | None = None,
     ):
-        self.rates, self.run_dir, self.tokenizer = rates_of(cfg), Path(run_dir), tokenizer
+        self.rates, self.tok, self.max_len, self.seed = rates_of(cfg), tokenizer, max_len, seed
         self.terms, self.term_share = (terms, cfg.terms) if cfg.terms > 0 else (None, 0.0)
-        self.max_len, self.seed, self.epoch = max_len, seed, epoch
         self.langs = [(p.src_lang, p.tgt_lang) for p in parts] or [("", "")]
         self.ends = np.cumsum([p.rows for p in parts] or [np.iinfo(np.int64).max])
-        self._tok: Tokenizer | None = None
 
-    def rows(self, rows: dict[str, list], at: np.ndarray, batch: int) -> tuple[list, list, list]:
-        """Source ids, target ids and piece links (None each without alignments) of the rows
-        `at` of batch number `batch`, augmented: a pair grown past max_len stays as it was."""
-        if self._tok is None:
-            self._tok = load_run_tokenizer(self.run_dir, self.tokenizer)
-        tok, rng = self._tok, batch_rng(self.seed, self.epoch, batch)
-        t_rng = term_rng(self.seed, self.epoch, batch)
-        src_ids, tgt_ids = list(rows["src_ids"]), list(rows["tgt_ids"])
+    def epoch(self, dataset, src_lens: np.ndarray, tgt_lens: np.ndarray, epoch: int):
+        """Epoch `epoch`'s changes to a split with columns src, tgt, src_ids, tgt_ids (and
+        align): a pair grown past max_len stays as it was."""
+        blocks = [
+            self._block(dataset, start, min(start + BLOCK_ROWS, len(src_lens)), epoch)
+            for start in range(0, len(src_lens), BLOCK_ROWS)
+        ]
+        release_arrow_pages()  # the pass read rows from all over the corpus
+        rows = np.concatenate([np.zeros(0, np.int64)] + [b[0] for b in blocks])
+        src, tgt = (Ragged.joined([b[k] for b in blocks] or [Ragged.of([])]) for k in (1, 2))
+        links = None
+        if "align" in dataset.column_names:
+            links = Ragged.joined([b[3] for b in blocks] or [Ragged.of([])])
+        new_src, new_tgt = src_lens.copy(), tgt_lens.copy()
+        new_src[rows] = np.diff(src.offsets)
+        new_tgt[rows] = np.diff(tgt.offsets) + 1
+        return AugmentedEpoch(rows, src, tgt, links, new_src, new_tgt)
+
+    def _block(self, dataset, start: int, stop: int, epoch: int) -> tuple:
+        """(rows, source ids, target ids, piece links) of the changed pairs of rows
+        start…stop-1, drawn from the block's own streams."""
+        block = start // BLOCK_ROWS
+        rng, t_rng = block_rng(self.seed, epoch, block), term_rng(self.seed, epoch, block)
+        picked = rng.random((stop - start, len(MODIFIERS))) < self.rates
+        termed = t_rng.random(stop - start) < self.term_share
+        candidates = np.flatnonzero(picked.any(axis=1) | termed)
+        rows = dataset[(candidates + start).tolist()] if len(candidates) else {}
         aligns = rows.get("align")
-        links = [None] * len(src_ids) if aligns is None else list(aligns)
         changed: dict[tuple[str, str], list[tuple[int, str, str, Links | None]]] = {}
-        for k, (s, t) in enumerate(zip(rows["src"], rows["tgt"])):
-            words = None
-            if aligns is not None:  # the tags modifier places its tag by them
-                words = word_links_of(tok, aligns[k], src_ids[k], tgt_ids[k])
-            out = augment_pair(s, t, words, self.rates, rng)
-            if self.terms is not None and t_rng.random() < self.term_share:
+        for k, row in enumerate(candidates.tolist()):
+            s, t, words = rows["src"][k], rows["tgt"][k], None
+            if aligns is not None:  # tags go by them, and the new pieces need them
+                words = word_links_of(self.tok, aligns[k], rows["src_ids"][k], rows["tgt_ids"][k])
+            out = modified_pair(s, t, words, picked[row], rng)
+            if termed[row] and self.terms is not None:
                 out = self._with_terms(out or (s, t, words), out, t_rng)
             if out is not None:
-                part = int(np.searchsorted(self.ends, at[k], side="right"))
-                changed.setdefault(self.langs[part], []).append((k, *out))
+                part = int(np.searchsorted(self.ends, start + row, side="right"))
+                changed.setdefault(self.langs[part], []).append((start + row, *out))
+        return self._encoded(changed)
+
+    def _encoded(self, changed: dict) -> tuple:
+        """The changed pairs encoded (grouped by direction), in row order, packed."""
+        out = []
         for (src_lang, tgt_lang), group in changed.items():
-            new_src = encode_sources(tok, [g[1] for g in group], src_lang, tgt_lang)
-            new_tgt = encode_targets(tok, [g[2] for g in group], tgt_lang)
-            for (k, _, _, words), s_ids, t_ids in zip(group, new_src, new_tgt):
-                if max(len(s_ids) - 1, len(t_ids)) > self.max_len:
-                    continue
-                src_ids[k], tgt_ids[k] = s_ids, t_ids
-                if aligns is not None:
-                    links[k] = piece_links(tok, words or [], s_ids, t_ids)
-        return src_ids, tgt_ids, links
+            new_src = encode_sources(self.tok, [g[1] for g in group], src_lang, tgt_lang)
+            new_tgt = encode_targets(self.tok, [g[2] for g in group], tgt_lang)
+            for (row, _, _, words), s_ids, t_ids in zip(group, new_src, new_tgt):
+                if max(len(s_ids) - 1, len(t_ids)) <= self.max_len:
+                    links = [] if words is None else piece_links(self.tok, words, s_ids, t_ids)
+                    out.append((row, s_ids, t_ids, links))
+        out.sort(key=lambda r: r[0])
+        rows = np.array([r[0] for r in out], dtype=np.int64)
+        return (rows, *(Ragged.of([r[k] for r in out]) for k in (1, 2, 3)))
 
     def _with_terms(self, pair: tuple, out: tuple | None, rng: np.random.Generator):
         """The (maybe already augmented) pair with dictionary terms annotated; `out` as it was
@@ -268,36 +364,41 @@ class BatchAugmenter:
 
 
 class _AugmentedBatches(torch.utils.data.Dataset):
-    """Batches of a tokenized split (text columns kept), augmented and collated on access."""
+    """Batches of a tokenized split with the epoch's changed pairs put in, collated on access."""
 
-    def __init__(self, dataset, batches, positions, augmenter, ids, with_align):
-        self.dataset, self.batches, self.positions = dataset, batches, positions
-        self.augmenter, self.ids, self.with_align = augmenter, ids, with_align
+    def __init__(self, dataset, batches, augmented: AugmentedEpoch, ids, with_align):
+        self.dataset, self.batches, self.augmented = dataset, batches, augmented
+        self.ids, self.with_align = ids, with_align
 
     def __len__(self) -> int:
         return len(self.batches)
 
     def __getitem__(self, i: int) -> Batch:
-        idx = self.batches[i]
-        src, tgt, links = self.augmenter.rows(self.dataset[idx.tolist()], idx, self.positions[i])
-        return collate(src, tgt, self.ids, links if self.with_align else None)
+        idx, aug = self.batches[i], self.augmented
+        rows = self.dataset[idx.tolist()]
+        src, tgt = list(rows["src_ids"]), list(rows["tgt_ids"])
+        links = list(rows["align"]) if self.with_align else None
+        for k, j in aug.changed_in(idx):
+            src[k], tgt[k] = aug.src[j], aug.tgt[j]
+            if links is not None and aug.links is not None:
+                links[k] = aug.links[j]
+        return collate(src, tgt, self.ids, links)
 
 
 def augmented_loader(
     dataset,
     batches: Sequence[np.ndarray],
-    positions: Sequence[int],
-    augmenter: BatchAugmenter,
+    augmented: AugmentedEpoch,
     *,
     workers: int = 0,
     pin: bool = False,
     ids: SpecialIds = DEFAULT_IDS,
     with_align: bool = False,
 ):
-    """batching.loader's batches, augmented: `positions` are their indices in the epoch's
-    batch list, which (with seed and epoch) pick each batch's changes."""
+    """batching.loader's batches (columns src_ids, tgt_ids and align with `with_align`), with
+    the epoch's changed pairs in place of the originals."""
     return torch.utils.data.DataLoader(
-        _AugmentedBatches(dataset, batches, positions, augmenter, ids, with_align),
+        _AugmentedBatches(dataset, batches, augmented, ids, with_align),
         batch_size=None,
         num_workers=workers,
         pin_memory=pin,
