@@ -116,10 +116,8 @@ class Translator:
         self, lines: list[str], constraints: list[list[str]] | None = None, first_line: int = 0
     ) -> list[list[tuple[str, float]]]:
         """The `decode.nbest` best (text, score) pairs of each line, best first; each holds the
-        line's target terms (`constraints`, else those of `glossary`).
-
-        An n-best list (nbest > 1) is of whole lines: such lines are never split.
-        """
+        line's target terms (`constraints`, else those of `glossary`). An n-best list
+        (nbest > 1) is of whole lines: such lines are never split."""
         return self.translate_sources(
             self.prepare(lines, constraints=constraints, first_line=first_line)
         )
