@@ -106,7 +106,7 @@ def _stepwise(translator: Translator, source: str, target: list[int], forced: bo
     src = torch.tensor(
         encode_sources(translator.tokenizer, [source], *translator.languages(None, None))
     )
-    cache, _ = start(model, src, padding_mask(src, special.pad), 0.0, 1)
+    cache, _, _ = start(model, src, padding_mask(src, special.pad), 0.0, 1)
     never = torch.tensor(special.never_generated)
     ids, total = torch.tensor([special.start]), 0.0
     with torch.inference_mode():
