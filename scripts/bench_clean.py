@@ -1,7 +1,8 @@
 """How much known noise `seq2seq clean` removes, and how many clean pairs it takes with it
-(issue 42 item 2, the rule filters).
+(issue 42 item 2: the rule filters, and the dual cross-entropy filter with --forward/--backward).
 
     flock -x /work/cpu.lock python scripts/bench_clean.py --data ../shared/data/enfr
+    python scripts/bench_clean.py --forward runs/enfr --backward runs/fren   # + dual_xent
 
 A random sample of the enfr train split (20,000 pairs by default) gets noise in a known share
 of its pairs (20%), the same number of pairs of each kind:
@@ -143,6 +144,9 @@ def main() -> None:
         help="instead: write the noisy corpus (noisy.en, noisy.fr, kinds.txt) there and stop; "
         "--pairs 0 takes the whole train split",
     )
+    parser.add_argument("--forward", type=Path, help="en→fr run: with --backward, dual_xent on")
+    parser.add_argument("--backward", type=Path, help="fr→en run, for --forward")
+    parser.add_argument("--max-dual-xent", type=float, help="the clean command's threshold")
     args = parser.parse_args()
     en, fr = read(args.data / "train.en"), read(args.data / "train.fr")
     if args.pairs:
@@ -162,6 +166,10 @@ def main() -> None:
             "--tgt", folder / "noisy.fr", "--src-lang", "en", "--tgt-lang", "fr",
             "--out", folder / "out",
         ]  # fmt: skip
+        if args.forward and args.backward:
+            command += ["--forward", args.forward, "--backward", args.backward]
+        if args.max_dual_xent is not None:
+            command += ["--max-dual-xent", args.max_dual_xent]
         start = time.perf_counter()
         subprocess.run([str(c) for c in command], check=True)
         seconds = time.perf_counter() - start
