@@ -2,7 +2,7 @@
 a small parallel set gain from the French side of the rest, back-translated by beam search, by
 sampling, and by sampling with the `<BT>` tag?
 
-    python scripts/bench_backtranslation.py --out /tmp/bt --updates 600
+    python scripts/bench_backtranslation.py --out /tmp/bt --updates 900
 
 From the enfr train split, a seeded sample of --pairs pairs (20,000) is the parallel data and
 --mono French sentences of the others are the monolingual text. Then, all with
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--pairs", type=int, default=20_000)
     parser.add_argument("--mono", type=int, default=20_000)
-    parser.add_argument("--updates", type=int, default=600, help="updates of every run")
+    parser.add_argument("--updates", type=int, default=900, help="updates of every run")
     parser.add_argument("--sampling", default="topk:10")
     parser.add_argument("--seed", type=int, default=8)
     args = parser.parse_args()
