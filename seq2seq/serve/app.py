@@ -110,6 +110,11 @@ def term_tokens(sources: list[Source]) -> int:
     return sum(len(term) for s in sources for terms in s.constraints for term in terms)
 
 
+def line_tokens(sources: list[Source]) -> list[int]:
+    """Each source's (source + target-term) tokens: what sizes the slices of its work."""
+    return [s.tokens + term_tokens([s]) for s in sources]
+
+
 def work_group(sources: list[Source]) -> str:
     """The batcher's group of a request: markup and constrained work are decoded apart from
     plain work, so a plain request never waits in (or shares the fate of) such a batch."""
@@ -172,6 +177,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
             "max_batch_requests": cfg.batch.max_requests,
             "max_queue_lines": cfg.batch.max_queue_lines,
             "max_batch_beam_tokens": cfg.batch.max_beam_tokens,
+            "max_slice_beam_tokens": cfg.batch.max_slice_beam_tokens,
         },
         "version": __version__,
     }
@@ -393,7 +399,13 @@ async def decoded(
     terms, group = term_tokens(sources), work_group(sources)
     try:
         future = batcher.submit(
-            sources, options, tokens, segments=segments, terms=terms, group=group
+            sources,
+            options,
+            tokens,
+            segments=segments,
+            terms=terms,
+            group=group,
+            line_tokens=line_tokens(sources),
         )
     except QueueFull as e:
         metrics.rejected.inc()

@@ -6,6 +6,12 @@ to a token budget, groups them by decode settings (one search call cannot mix be
 the group the caller names (serve keeps constrained and markup work apart from plain work),
 hands each group to the decode function in one call, and gives every caller exactly its own results
 back, in its order. Nothing here knows about HTTP or torch, so it is tested on its own.
+
+Work of a named group (serve's constrained and markup requests, whose search costs many times
+plain search's per token) is decoded in slices: a few lines at a time, up to a small compute
+budget, its results gathered in order, and between two slices the plain batch that waits, if
+any (plain work never waits behind more than one slice). A request abandoned between its slices
+is decoded no further.
 """
 
 from __future__ import annotations
@@ -36,6 +42,9 @@ class BatchLimits:
     # (Source + target term tokens) × beam size of the requests in one batch: what bounds its
     # compute. A request over it on its own is refused.
     max_beam_tokens: int = 131_072
+    # The same, for one slice of a named group's work (constrained, markup): bounds how long
+    # plain work may wait behind it, and its peak memory. A line over it goes alone.
+    max_slice_beam_tokens: int = 2048
 
 
 @dataclass
@@ -98,11 +107,136 @@ class _Job:
     group: str = ""  # jobs of different groups never share a decode call
     future: JobFuture = field(default_factory=JobFuture)
     arrived: float = field(default_factory=time.monotonic)
+    line_costs: tuple[int, ...] = ()  # each line's (source + term tokens) × beam: slice sizes
+    taken: int = 0  # lines handed to the decoder so far (a named group's job goes in slices)
+    done: list = field(default_factory=list)  # their results, in order
+    decoded_at: float = 0.0  # time.perf_counter() when its last slice ended
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """Lines start:end of one job, in one decode call."""
+
+    job: _Job
+    start: int
+    end: int
+
+    @property
+    def lines(self) -> list:
+        return self.job.lines[self.start : self.end]
+
+    @property
+    def last(self) -> bool:
+        """Whether it ends its job."""
+        return self.end == len(self.job.lines)
+
+    def share(self, whole: int) -> int:
+        """Its part of a count of the whole job (tokens, sentences): the pieces' add up."""
+        n = len(self.job.lines)
+        return whole * self.end // n - whole * self.start // n
 
 
 # lines, their options, and `wanted(i)`: whether line i's caller still waits (a decode function
 # may stop early on the lines it does not and give them any result).
 Decode = Callable[[list, DecodeConfig, Callable[[int], bool]], list[Hypotheses]]
+
+
+class _WorkQueue:
+    """The requests waiting (whole, or the rest of one decoded in slices), what the queue's
+    bounds count of them, and the next decode call's lines taken from them. Used under the
+    batcher's lock."""
+
+    def __init__(self, limits: BatchLimits):
+        self.limits = limits
+        self.jobs: deque[_Job] = deque()
+        self.lines = self.tokens = 0  # sentences and source tokens waiting
+        self._sliced_last = False  # the last decode call was a slice: plain work goes next
+        # Per group: requests abandoned between their slices (their decoding went on 0 s),
+        # told with the group's next report.
+        self._stopped: dict[str, list[float]] = {}
+
+    def add(self, job: _Job) -> None:
+        """Queue the job, counted."""
+        self.jobs.append(job)
+        self.lines += job.segments
+        self.tokens += job.tokens
+
+    def remove(self, job: _Job) -> None:
+        """Take the job out of the queue and its counts (unless taken already)."""
+        try:
+            self.jobs.remove(job)
+        except ValueError:
+            return  # taken already, and counted out there
+        self.lines -= job.segments
+        self.tokens -= job.tokens
+
+    def full(self) -> bool:
+        """Whether a batch's worth waits (no use waiting for company)."""
+        return self.tokens >= self.limits.max_tokens or len(self.jobs) >= self.limits.max_requests
+
+    def stopped(self, group: str) -> tuple[float, ...]:
+        """The group's requests abandoned between slices since its last report: 0 s each."""
+        return tuple(self._stopped.pop(group, ()))
+
+    def next(self) -> list[_Piece]:
+        """What the next decode call holds: plain requests or one slice of a named group's
+        work, in turns while both wait."""
+        plain = any(not job.group for job in self.jobs)
+        named = any(job.group for job in self.jobs)
+        self._sliced_last = named and not (plain and self._sliced_last)
+        return self._take_slice() if self._sliced_last else self._take()
+
+    def _take(self) -> list[_Piece]:
+        """Plain requests in arrival order up to the budgets (always at least one: a request
+        over the token budget goes alone; none is over the compute budget, `submit` saw to
+        that); cancelled ones are dropped."""
+        pieces: list[_Piece] = []
+        tokens = cost = 0
+        for job in [job for job in self.jobs if not job.group]:
+            if pieces and (
+                tokens + job.tokens > self.limits.max_tokens
+                or cost + job.cost > self.limits.max_beam_tokens
+                or len(pieces) >= self.limits.max_requests
+            ):
+                break
+            self.remove(job)
+            # A caller that went away before its batch began is not decoded; once running,
+            # a future can no longer be cancelled, so a late disconnect cannot break a batch.
+            if job.future.set_running_or_notify_cancel():
+                pieces.append(_Piece(job, 0, len(job.lines)))
+                tokens += job.tokens
+                cost += job.cost
+        return pieces
+
+    def _take_slice(self) -> list[_Piece]:
+        """The next lines of the oldest named group's requests (its options alike), in
+        arrival order, up to the slice budget (always one line at least). A request abandoned
+        since its last slice is answered with what it has (its caller is gone) and dropped."""
+        first = next(job for job in self.jobs if job.group)
+        pieces: list[_Piece] = []
+        cost = 0
+        for job in [j for j in self.jobs if (j.group, j.options) == (first.group, first.options)]:
+            if job.taken and (job.future.abandoned or job.future.done()):
+                self.remove(job)  # gone, or failed in an earlier slice
+                if not job.future.done():
+                    if job.future.abandoned_at > job.decoded_at:  # else told with that slice
+                        self._stopped.setdefault(job.group, []).append(0.0)
+                    job.future.set_result(job.done + [[] for _ in job.lines[job.taken :]])
+                continue
+            end, spent = _slice_end(job, cost, self.limits.max_slice_beam_tokens, bool(pieces))
+            if end == job.taken:
+                break  # the budget is spent
+            if not job.taken and not job.future.set_running_or_notify_cancel():
+                self.remove(job)  # went away before its first slice
+                continue
+            cost = spent
+            pieces.append(_Piece(job, job.taken, end))
+            job.taken = end
+            if end == len(job.lines):
+                self.remove(job)
+            else:
+                break  # the budget is spent
+        return pieces
 
 
 class Batcher:
@@ -115,9 +249,8 @@ class Batcher:
         on_batch: Callable[[BatchReport], None] | None = None,
     ):
         self._decode, self.limits, self._on_batch = decode, limits, on_batch
-        self._queue: deque[_Job] = deque()
+        self._queue = _WorkQueue(limits)
         self._cond = threading.Condition()
-        self._queued_lines = self._queued_tokens = 0
         self._stopping = False
         self._busy = False
         self._segments_per_s = 0.0  # smoothed decoding speed, for Retry-After
@@ -130,13 +263,14 @@ class Batcher:
 
     @property
     def queued_lines(self) -> int:
-        """Sentences waiting for a batch (not those being decoded)."""
-        return self._queued_lines
+        """Sentences waiting for a batch (not those being decoded), the rest of a request
+        decoded in slices included."""
+        return self._queue.lines
 
     @property
     def queued_requests(self) -> int:
-        """Requests waiting for a batch."""
-        return len(self._queue)
+        """Requests waiting for a batch (or for their next slice)."""
+        return len(self._queue.jobs)
 
     @property
     def busy(self) -> bool:
@@ -152,28 +286,32 @@ class Batcher:
         segments: int | None = None,
         terms: int = 0,
         group: str = "",
+        line_tokens: list[int] | None = None,
     ) -> JobFuture:
         """Queue lines for decoding; the future's result is one hypothesis list per line.
 
         `segments`: the sentences they hold once split (default: one a line), which is what
         the queue's bound counts; `terms`: the target-term tokens they must hold, which the
         compute budget counts with `tokens`; `group`: requests of different groups are never
-        decoded in one call."""
+        decoded in one call, and a named group's are decoded in slices; `line_tokens`: each
+        line's (source + term) tokens, which size the slices (default: all alike)."""
         if not lines:
             raise ValueError("nothing to translate")
         segments = len(lines) if segments is None else segments
         cost = (tokens + terms) * options.beam_size
         if cost > self.limits.max_beam_tokens:
             raise OverBudget(cost, self.limits.max_beam_tokens, terms)
+        if line_tokens is None:
+            line_tokens = [-(-(tokens + terms) // len(lines))] * len(lines)
+        costs = tuple(n * options.beam_size for n in line_tokens)
         with self._cond:
             if self._stopping:
                 raise Stopped("the server is shutting down")
-            if self._queue and self._queued_lines + segments > self.limits.max_queue_lines:
-                raise QueueFull(self._queued_lines, self._retry_after())
-            job = _Job(lines, options, tokens, segments, cost, group)
-            self._queue.append(job)
-            self._queued_lines += segments
-            self._queued_tokens += tokens
+            queue = self._queue
+            if queue.jobs and queue.lines + segments > self.limits.max_queue_lines:
+                raise QueueFull(queue.lines, self._retry_after())
+            job = _Job(lines, options, tokens, segments, cost, group, line_costs=costs)
+            queue.add(job)
             self._cond.notify()
         job.future.add_done_callback(lambda future: self._forget(job))
         return job.future
@@ -185,12 +323,7 @@ class Batcher:
         if not job.future.cancelled():
             return
         with self._cond:
-            try:
-                self._queue.remove(job)
-            except ValueError:
-                return  # taken already, and counted out there
-            self._queued_lines -= job.segments
-            self._queued_tokens -= job.tokens
+            self._queue.remove(job)
 
     def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, decode those already queued, and end the worker."""
@@ -204,73 +337,43 @@ class Batcher:
         # Seconds until the queue as it is now would be drained at the recent speed.
         if self._segments_per_s <= 0:
             return 1.0
-        return max(1.0, self._queued_lines / self._segments_per_s)
-
-    def _full(self) -> bool:
-        return (
-            self._queued_tokens >= self.limits.max_tokens
-            or len(self._queue) >= self.limits.max_requests
-        )
+        return max(1.0, self._queue.lines / self._segments_per_s)
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stopping:
+                queue = self._queue
+                while not queue.jobs and not self._stopping:
                     self._cond.wait()
-                if not self._queue:
+                if not queue.jobs:
                     return  # stopping, and nothing left
                 # Wait for company: until the window after the oldest request closes, or the
                 # budget is full. Requests that queued while a batch decoded go at once.
-                deadline = self._queue[0].arrived + self.limits.window_s
-                while not self._full() and not self._stopping:
+                deadline = queue.jobs[0].arrived + self.limits.window_s
+                while not queue.full() and not self._stopping:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
                     self._cond.wait(left)
-                jobs = self._take()
-                self._busy = bool(jobs)
+                pieces = queue.next()
+                self._busy = bool(pieces)
             try:
-                self._decode_jobs(jobs)
+                self._decode_call(pieces)
             finally:
                 self._busy = False
 
-    def _take(self) -> list[_Job]:
-        """Requests in arrival order up to the budgets (always at least one: a request over the
-        token budget goes alone; none is over the compute budget, `submit` saw to that);
-        cancelled ones are dropped."""
-        jobs: list[_Job] = []
-        tokens = cost = 0
-        while self._queue:
-            job = self._queue[0]
-            if jobs and (
-                tokens + job.tokens > self.limits.max_tokens
-                or cost + job.cost > self.limits.max_beam_tokens
-                or len(jobs) >= self.limits.max_requests
-            ):
-                break
-            self._queue.popleft()
-            self._queued_lines -= job.segments
-            self._queued_tokens -= job.tokens
-            # A caller that went away before its batch began is not decoded; once running,
-            # a future can no longer be cancelled, so a late disconnect cannot break a batch.
-            if job.future.set_running_or_notify_cancel():
-                jobs.append(job)
-                tokens += job.tokens
-                cost += job.cost
-        return jobs
-
-    def _decode_jobs(self, jobs: list[_Job]) -> None:
-        groups: dict[tuple[str, DecodeConfig], list[_Job]] = {}
-        for job in jobs:
-            groups.setdefault((job.group, job.options), []).append(job)
+    def _decode_call(self, pieces: list[_Piece]) -> None:
+        groups: dict[tuple[str, DecodeConfig], list[_Piece]] = {}
+        for piece in pieces:
+            groups.setdefault((piece.job.group, piece.job.options), []).append(piece)
         for (name, options), group in groups.items():
             self._decode_group(options, group, name)
 
-    def _decode_group(self, options: DecodeConfig, group: list[_Job], name: str = "") -> None:
-        """Decode the group in one call; should that fail, each request on its own, so that
+    def _decode_group(self, options: DecodeConfig, group: list[_Piece], name: str = "") -> None:
+        """Decode the group in one call; should that fail, each piece on its own, so that
         one request's bad input (a NaN, an error) fails that request alone."""
-        lines = [line for job in group for line in job.lines]
-        owners = [job for job in group for _ in job.lines]
+        lines = [line for piece in group for line in piece.lines]
+        owners = [piece.job for piece in group for _ in piece.lines]
         start = time.perf_counter()
         try:
             results = self._decode(lines, options, lambda i: not owners[i].future.abandoned)
@@ -283,27 +386,49 @@ class Batcher:
                     len(group),
                     e,
                 )
-                for job in group:
-                    self._decode_group(options, [job], name)
+                for piece in group:
+                    self._decode_group(options, [piece], name)
                 return
             log.exception("decoding a request of %d lines failed", len(lines))
-            group[0].future.set_exception(e)  # its caller hears of it; the worker goes on
+            if not group[0].job.future.done():
+                group[0].job.future.set_exception(e)  # its caller hears; the worker goes on
             return
         end = time.perf_counter()
+        self._report(group, options, name, start, end, len(lines))
+        at = 0
+        for piece in group:
+            piece.job.decoded_at = end
+            piece.job.done.extend(results[at : at + len(piece.lines)])
+            at += len(piece.lines)
+            if piece.last and not piece.job.future.done():
+                piece.job.future.set_result(piece.job.done)
+
+    def _report(self, group: list[_Piece], options, name: str, start, end, lines: int) -> None:
+        """The decoding speed updated, and the call reported (before the answers, so metrics
+        never lag them)."""
         seconds = end - start
-        speed = sum(job.segments for job in group) / max(seconds, 1e-9)
+        speed = sum(piece.share(piece.job.segments) for piece in group) / max(seconds, 1e-9)
         self._segments_per_s = (
             speed if self._segments_per_s == 0 else 0.8 * self._segments_per_s + (0.2 * speed)
         )
-        if self._on_batch is not None:  # before the answers, so metrics never lag them
-            tokens = sum(job.tokens for job in group)
-            late = _decoded_after_abandon(group, end)
-            report = BatchReport(len(group), len(lines), tokens, seconds, options, late, name)
+        if self._on_batch is not None:
+            tokens = sum(piece.share(piece.job.tokens) for piece in group)
+            late = _decoded_after_abandon([piece.job for piece in group], end)
+            late += self._queue.stopped(name)
+            report = BatchReport(len(group), lines, tokens, seconds, options, late, name)
             self._on_batch(report)
-        at = 0
-        for job in group:
-            job.future.set_result(results[at : at + len(job.lines)])
-            at += len(job.lines)
+
+
+def _slice_end(job: _Job, cost: int, budget: int, started: bool) -> tuple[int, int]:
+    """Where a slice that has spent `cost` of `budget` stops in the job's lines, and its cost
+    then (a slice not `started` takes one line whatever its cost)."""
+    end = job.taken
+    while end < len(job.lines):
+        more = job.line_costs[end]
+        if (started or end > job.taken) and cost + more > budget:
+            break
+        cost, end = cost + more, end + 1
+    return end, cost
 
 
 def _decoded_after_abandon(group: list[_Job], end: float) -> tuple[float, ...]:
