@@ -437,6 +437,8 @@ def hostile_main(run: Path, sentences: list[str], pairs, args, env: dict) -> Non
     """Quiet, then hostile, then quiet again: normal requests' p99 and the server's memory."""
     kinds = hostile_kinds(args.hostile_kinds)
     options = ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)]
+    if args.slice_beam_tokens is not None:  # glossary and markup work decoded in slices of it
+        options += ["--max-slice-beam-tokens", str(args.slice_beam_tokens)]
     if "dots" in kinds:  # the quiet phases run against the same glossary
         options += ["--glossary", str(server_glossary(args.out / "glossary-20k.tsv", pairs))]
     server = ServerProcess(run, args.beam_size, options, env, args.out / "hostile.log")
@@ -469,6 +471,8 @@ def print_hostile(
     quiet = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "quiet")
     hostile = statistics.median(r["p99_ms"] for r in rows if r["phase"] == "hostile")
     glossary = f", server glossary of {SERVER_GLOSSARY_PAIRS} pairs" if "dots" in kinds else ""
+    if args.slice_beam_tokens is not None:
+        glossary += f", slices of {args.slice_beam_tokens} beam tokens"
     print(
         f"\n{args.hostile_clients} normal clients ({clients} hostile ones at "
         f"{args.hostile_rate:g}/s each: {', '.join(kinds)}), beam {args.beam_size}, "
@@ -693,6 +697,11 @@ def main() -> None:
         default=2.0,
         help="requests a second from each hostile client (of the default kinds: 2 split bait, "
         "1 nested JSON, 2 hanging up after 0.2 s; one client of each other kind)",
+    )
+    p.add_argument(
+        "--slice-beam-tokens",
+        type=int,
+        help="in --hostile: the server's --max-slice-beam-tokens (default: serve's own)",
     )
     args = p.parse_args()
 

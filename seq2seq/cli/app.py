@@ -522,6 +522,14 @@ MaxBatchBeamTokens = Annotated[
     int,
     typer.Option(min=1, help="(Source + term) tokens × beam size of the requests in one batch."),
 ]
+MaxSliceBeamTokens = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="(Source + term) tokens × beam size of one slice of glossary or markup work, "
+        "which is decoded a slice at a time with plain batches in between.",
+    ),
+]
 MaxBatchRequests = Annotated[
     int, typer.Option(min=1, help="Requests taken into one batch (1: no batching).")
 ]
@@ -581,6 +589,7 @@ def serve(
     max_batch_tokens: MaxBatchTokens = 8192,
     max_batch_requests: MaxBatchRequests = 256,
     max_batch_beam_tokens: MaxBatchBeamTokens = 131_072,
+    max_slice_beam_tokens: MaxSliceBeamTokens = 512,
     no_batching: NoBatching = False,
     max_queue: MaxQueue = 2048,
     max_request_lines: MaxRequestLines = 256,
@@ -628,6 +637,7 @@ def serve(
             max_requests=max_batch_requests,
             max_queue_lines=max_queue,
             max_beam_tokens=max_batch_beam_tokens,
+            max_slice_beam_tokens=max_slice_beam_tokens,
         ),
         request=RequestLimits(
             max_lines=max_request_lines,

@@ -44,7 +44,7 @@ class BatchLimits:
     max_beam_tokens: int = 131_072
     # The same, for one slice of a named group's work (constrained, markup): bounds how long
     # plain work may wait behind it, and its peak memory. A line over it goes alone.
-    max_slice_beam_tokens: int = 2048
+    max_slice_beam_tokens: int = 512
 
 
 @dataclass
