@@ -123,6 +123,58 @@ def outermost(terms: tuple[tuple[int, ...], ...]) -> list[int]:
     return out
 
 
+def holds_terms(
+    outputs: list[list[list[int]]],
+    constraints: Terms,
+    spellings: Spellings | None = None,
+    glue: torch.Tensor | None = None,
+) -> list[bool]:
+    """Per sentence, whether each of its outputs (token ids) holds every term as often as its
+    list gives it, counted as the search counts a term: any of its spellings (a glued one after
+    a token that opens a word), not followed by a piece that `glue` says continues the word."""
+    seen = {t for outs in outputs for out in outs for t in out}
+    opens = _marked(spellings.opens if spellings is not None else None, seen)
+    glues = _marked(glue, seen)
+    glued = spellings.glued if spellings is not None else {}
+    out = []
+    for outs, terms in zip(outputs, constraints):
+        kept = outermost(terms)
+        needs = [(terms[j], n) for j, n in zip(kept, times_needed(terms, kept))]
+        out.append(
+            all(
+                _times(tokens, term, glued.get(term, ()), opens, glues) >= n
+                for tokens in outs
+                for term, n in needs
+            )
+        )
+    return out
+
+
+def _marked(mask: torch.Tensor | None, tokens: set[int]) -> set[int]:
+    """The `tokens` that `mask` [V] marks (none without a mask)."""
+    if mask is None or not tokens:
+        return set()
+    ids = sorted(tokens)
+    flags = mask[torch.tensor(ids, device=mask.device)].tolist()
+    return {t for t, flag in zip(ids, flags) if flag}
+
+
+def _times(tokens: list[int], term, glued, opens: set[int], glues: set[int]) -> int:
+    """Occurrences of `term` in `tokens` (its own spelling, or a `glued` one after a token in
+    `opens`, or first), none followed by a token in `glues`; overlapping ones each count."""
+    ends = set()
+    for spelling, is_glued in ((term, False), *((g, True) for g in glued)):
+        n = len(spelling)
+        for i in range(len(tokens) - n + 1):
+            if tuple(tokens[i : i + n]) != spelling:
+                continue
+            starts = not is_glued or i == 0 or tokens[i - 1] in opens
+            glued_on = i + n < len(tokens) and tokens[i + n] in glues
+            if starts and not glued_on:
+                ends.add(i + n)  # spellings ending at one place are one occurrence
+    return len(ends)
+
+
 class ConstrainedBeam:
     """The beam loop's strategy for sentences with target terms (see the module's docstring)."""
 

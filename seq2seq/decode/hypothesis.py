@@ -43,3 +43,4 @@ class ConstrainedHypothesis(Hypothesis):
     """A hypothesis of constrained search, with the constraints (indices) it does not hold."""
 
     unmet: tuple[int, ...] = ()
+    plain: bool = False  # the plain beam's own output, which held every term already

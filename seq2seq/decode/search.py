@@ -1,7 +1,9 @@
 """Decoding with the incremental (KV-cached) decoder, behind one entry, `decode(model, src,
 options)`, that every job (evaluate, translate, serve, validation) calls: greedy search for
 beam 1 (or sampling, sampling.py), else the one beam loop (beam.py) with the strategy a batch
-needs: plain, or constrained by target terms (constrained.py).
+needs: plain, or constrained by target terms (constrained.py), for the sentences whose plain
+beam output lacks one of their terms (the others keep that output: a glossary never changes a
+sentence that already holds its terms).
 
 Both keep their state on the device and read back one thing per step, which sentences are still
 decoding (to drop the finished ones from the batch), so a GPU waits for the host at most once a
@@ -11,6 +13,8 @@ step.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from functools import partial
 
 import torch
 
@@ -18,8 +22,13 @@ from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import padding_mask
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.decode.beam import PlainBeam, beam_loop
-from seq2seq.decode.constrained import ConstrainedBeam, Spellings, Terms
-from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
+from seq2seq.decode.constrained import ConstrainedBeam, Spellings, Terms, holds_terms
+from seq2seq.decode.hypothesis import (
+    ConstrainedHypothesis,
+    Hypothesis,
+    SearchError,
+    length_penalty,
+)
 from seq2seq.decode.sampling import Choose, argmax, sampler
 from seq2seq.decode.step import (
     Dropped,
@@ -150,33 +159,69 @@ def constrained_beam_search(
     glue: torch.Tensor | None = None,
     spellings: Spellings | None = None,
 ) -> list[list[Hypothesis]]:
-    """Beam search whose outputs hold each sentence's constraints (token-id sequences) at
-    least once; the `nbest` best of each sentence, best first (constrained.ConstrainedBeam)."""
+    """Beam search whose outputs hold each sentence's constraints (token-id sequences); the
+    `nbest` best of each sentence, best first. The plain beam runs first, with the same
+    settings: a sentence whose outputs already hold every term (constrained.holds_terms) is
+    answered with them, text and score, so a glossary never changes it; only the others are
+    searched with constraints (constrained.ConstrainedBeam)."""
     if beam < 2:
         raise ValueError("constrained decoding needs a beam size of at least 2")
+    settings = {
+        "beam": beam,
+        "max_len_a": max_len_a,
+        "max_len_b": max_len_b,
+        "alpha": alpha,
+        "nbest": nbest,
+        "length_norm": length_norm,
+        "special": special,
+    }
+    plain = beam_search(model, src, src_mask, dropped=dropped, **settings)
+    outputs = [[h.tokens for h in hyps] for hyps in plain]
+    held = holds_terms(outputs, constraints, spellings, glue)
+    found: list[list[Hypothesis]] = [
+        [ConstrainedHypothesis(h.tokens, h.score, h.log_prob, plain=True) for h in hyps]
+        for hyps in plain
+    ]
+    rest = [i for i, ok in enumerate(held) if not ok]
+    if rest:
+        searched = _search_rows(
+            model, src, src_mask, constraints, rest, glue, spellings, dropped, settings
+        )
+        for i, hyps in zip(rest, searched):
+            found[i] = hyps
+    return found
+
+
+def _search_rows(model, src, src_mask, constraints, rest, glue, spellings, dropped, settings):
+    """Constrained search of the batch's sentences `rest` only (`settings`: the beam loop's)."""
     strategy = ConstrainedBeam(
-        constraints,
-        k=beam,
-        eos=special.eos,
-        alpha=alpha,
-        norm=length_norm,
+        [constraints[i] for i in rest],
+        k=settings["beam"],
+        eos=settings["special"].eos,
+        alpha=settings["alpha"],
+        norm=settings["length_norm"],
         glue=glue,
-        spellings=spellings,
+        spellings=_rows_of(spellings, rest),
     )
-    return beam_loop(
-        model,
-        src,
-        src_mask,
-        strategy,
-        beam=beam,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        alpha=alpha,
-        nbest=nbest,
-        length_norm=length_norm,
-        special=special,
-        dropped=dropped,
-    )
+    rows = torch.tensor(rest, device=src.device)
+    if dropped is not None:
+        dropped = partial(_dropped_rows, dropped, rest)
+    try:
+        return beam_loop(model, src[rows], src_mask[rows], strategy, dropped=dropped, **settings)
+    except SearchError as e:  # its sentences are numbered within the rows searched
+        raise SearchError([rest[i] for i in e.sentences]) from None
+
+
+def _rows_of(spellings: Spellings | None, rows: list[int]) -> Spellings | None:
+    """`spellings` for the batch's `rows` only (its sentence ends are per sentence)."""
+    if spellings is None or not spellings.ends:
+        return spellings
+    return replace(spellings, ends=tuple(spellings.ends[i] for i in rows))
+
+
+def _dropped_rows(dropped: Dropped, rows: list[int]) -> list[bool]:
+    gone = list(dropped())
+    return [gone[i] for i in rows]
 
 
 @torch.inference_mode()
