@@ -22,7 +22,16 @@ from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
-from seq2seq.model.int8 import Int8Embedding, Int8Output, build_int8, frame_only, int8_state
+from seq2seq.model.int8 import (
+    REDUCE_RANGE,
+    Int8Embedding,
+    Int8Output,
+    build_int8,
+    frame_only,
+    int8_linear,
+    int8_state,
+    quantize_rows,
+)
 from seq2seq.model.quantize import ENGINE, int8_device, quantize_int8, quantized_linears
 from seq2seq.model.transformer import Vocabulary, build_model
 from seq2seq.run.checkpoint import load_weights
@@ -197,7 +206,7 @@ def test_quantize_int8_makes_every_weight_matrix_int8_and_keeps_a_tiny_models_lo
     assert (got.argmax(-1) == expected.argmax(-1)).float().mean() > 0.5  # most choices kept
 
 
-def test_int8_linears_compute_what_torchs_per_channel_dynamic_quantization_computes():
+def test_int8_linears_hold_the_ints_torchs_per_channel_dynamic_quantization_gives():
     model = tiny_model(vocab=50, seed=1).eval()
     theirs = copy.deepcopy(model)
     torch.backends.quantized.engine = ENGINE
@@ -208,12 +217,58 @@ def test_int8_linears_compute_what_torchs_per_channel_dynamic_quantization_compu
     quantize_int8(model)
     for name in quantized_linears(model):
         mine, reference = model.get_submodule(name), theirs.get_submodule(name)
-        x = torch.randn(3, 7, mine.in_features)
-        assert torch.equal(mine(x), reference(x)), name  # same ints, scales and kernel
-    # The tied output's rows are the ints torch gave its output layer, and so are its logits.
+        rows, scale = mine.rows()
+        assert torch.equal(rows, reference.weight().int_repr()), name
+        assert torch.equal(scale, reference.weight().q_per_channel_scales().float()), name
+        assert torch.equal(mine.bias, reference.bias()), name
+    # The tied output's rows are the ints torch gave its output layer.
     assert torch.equal(model.output.rows()[0], theirs.output.weight().int_repr())
-    states = torch.randn(3, 7, model.cfg.d_model)
-    assert torch.equal(model.output(states), theirs.output(states))
+
+
+def _one_linear(seed: int, bias: bool = True) -> tuple[nn.Linear, nn.Module]:
+    torch.manual_seed(seed)
+    linear = nn.Linear(64, 32, bias=bias)
+    return linear, int8_linear(quantize_rows(linear.weight), linear.bias)
+
+
+def test_each_input_row_gets_its_own_int8_scale_so_a_loud_row_leaves_a_quiet_one_precise():
+    linear, int8 = _one_linear(seed=6)
+    quiet, loud = torch.randn(1, 64) * 0.01, torch.randn(1, 64) * 100
+    with torch.no_grad():
+        expected = linear(quiet)
+        alone, beside_loud = int8(quiet), int8(torch.cat([quiet, loud]))[:1]
+    # One scale per batch would round the quiet row to a few levels of the loud row's range.
+    assert torch.allclose(beside_loud, alone, atol=1e-3)
+    assert (beside_loud - expected).abs().max() < 0.02 * expected.abs().max()
+
+
+def test_int8_linear_outputs_are_close_to_float32s_and_the_same_every_time():
+    linear, int8 = _one_linear(seed=7)
+    x = torch.randn(5, 9, 64)
+    with torch.no_grad():
+        expected, got = linear(x), int8(x)
+    assert got.shape == expected.shape and got.dtype == torch.float32
+    assert (got - expected).abs().max() < 0.02 * expected.abs().max()
+    assert torch.equal(int8(x), got)
+
+
+def test_an_all_zero_input_row_gives_the_bias_not_nan():
+    _, int8 = _one_linear(seed=8)
+    out = int8(torch.zeros(2, 64))
+    assert torch.equal(out, int8.bias.expand(2, -1))
+    _, no_bias = _one_linear(seed=8, bias=False)
+    assert not no_bias(torch.zeros(1, 64)).any()
+
+
+def test_int8_linears_keep_their_weight_once_packed_and_no_float32_matrix():
+    _, int8 = _one_linear(seed=9)
+    tensors = [*int8.parameters(), *int8.buffers()]
+    assert [t.shape for t in tensors] == [torch.Size([32])]  # the bias alone
+
+
+def test_activations_keep_8_bits_exactly_where_the_cpu_has_vnni():
+    vnni = getattr(torch.cpu, "_is_vnni_supported", lambda: False)()
+    assert REDUCE_RANGE is (not vnni)
 
 
 def test_int8_embedding_rows_are_within_half_a_step_of_float32_and_the_padding_row_is_zero():

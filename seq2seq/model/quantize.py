@@ -1,5 +1,5 @@
 """int8 decoding on CPU: a model's weights as int8, activations quantized to int8 on the fly in
-the linear layers (torch dynamic quantization, x86/fbgemm kernels).
+the linear layers, one scale per row (fbgemm's int8 kernels, through torch's x86 engine).
 
 Every linear layer is int8 (attention projections, FFN), and so are the embedding tables (int8
 rows, one scale per row) and the output projection, which for tied embeddings reads the target
@@ -19,19 +19,21 @@ import logging
 
 import torch
 from torch import nn
-from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
 
 from seq2seq.errors import UserError
-from seq2seq.model.int8 import convert_embeddings, convert_linears
+from seq2seq.model.int8 import Int8Linear, convert_embeddings, convert_linears
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
 QUANTIZE_CHOICES = ("none", "int8")
-# x86 is torch's default CPU engine (fbgemm's AVX2/AVX-512/VNNI kernels for dynamic linears);
-# onednn is the alternative on the same CPUs. One scale per output row (per channel), as
-# CTranslate2 does: on a half-trained demo model, beam 4 on 200 lines, 92% of the outputs equal
-# float32's, against 88.5% with one scale per matrix; the GEMM is the same either way.
+# x86 is torch's default CPU engine (fbgemm's AVX2/AVX-512/VNNI kernels for dynamic linears).
+# fbgemm and onednn, on enfr-small (300 valid lines, AVX-512 VNNI, torch's one activation scale
+# per batch), gave no better agreement with float32: fbgemm the same outputs as x86, onednn
+# 73.3% / 64.7% identical greedy / beam 4 against x86's 74.3% / 61.3%. One scale per weight row
+# (per channel), as CTranslate2 does: on a half-trained demo model, beam 4 on 200 lines, 92% of
+# the outputs equal float32's, against 88.5% with one scale per matrix; the GEMM is the same
+# either way.
 ENGINE = "x86"
 
 
@@ -78,5 +80,5 @@ def release_freed_memory() -> None:
 
 
 def quantized_linears(model: nn.Module) -> list[str]:
-    """Names of `model`'s int8 dynamic linear layers."""
-    return [name for name, m in model.named_modules() if isinstance(m, DynamicLinear)]
+    """Names of `model`'s int8 linear layers."""
+    return [name for name, m in model.named_modules() if isinstance(m, Int8Linear)]
