@@ -117,7 +117,8 @@ def line_tokens(sources: list[Source]) -> list[int]:
 
 def work_group(sources: list[Source]) -> str:
     """The batcher's group of a request: markup and constrained work are decoded apart from
-    plain work, so a plain request never waits in (or shares the fate of) such a batch."""
+    plain work, in slices with plain batches between them, so a plain request never waits in
+    (or shares the fate of) such a batch, nor behind more than one slice of it."""
     if any(s.marked is not None for s in sources):
         return "markup"
     return "terms" if any(s.constraints for s in sources) else ""
