@@ -10,8 +10,10 @@ Rows: target tokens/s, sentences/s, BLEU, the share of outputs identical to the 
 float32 outputs, and the resident memory of the loaded model (RSS after loading minus before,
 each measured in a fresh process so that the float32 and int8 models never share one; "anon"
 is the anonymous part of it, the heap and tensors, without the pages of torch's own code that
-a first load touches). "seq2seq int8 export" decodes the run written by
-`seq2seq export --format int8` (into OUT/seq2seq-int8-run), loaded without float32 weights.
+a first load touches; `--memory-only` also gives the file-backed part, mapped files' pages that
+the load made resident, and the files that grew most). "seq2seq int8 export" decodes the run
+written by `seq2seq export --format int8` (into OUT/seq2seq-int8-run), loaded without float32
+weights.
 `bench_translate.py --int8 --project-run R` runs the same rows after its own table;
 `--batch-sizes` there runs only the sweep.
 """
@@ -29,7 +31,7 @@ from bench_translate import BEAMS, agreement, decode_exported_ct2, decode_projec
 from benchlib import REPO
 
 RSS_PROBE = """
-import sys, torch
+import json, sys, torch
 torch.set_num_threads(1)
 def rss():
     found = {}
@@ -37,6 +39,16 @@ def rss():
         if line.startswith(("VmRSS:", "RssAnon:")):
             found[line.split(":")[0]] = int(line.split()[1]) * 1024
     return found["VmRSS"], found["RssAnon"]
+def mapped():
+    # Resident bytes per mapped file (code pages of shared libraries, mapped weights).
+    found, name = {}, None
+    for line in open("/proc/self/smaps"):
+        parts = line.split()
+        if not parts[0].endswith(":"):
+            name = parts[5] if len(parts) > 5 and parts[5].startswith("/") else None
+        elif parts[0] == "Rss:" and name:
+            found[name] = found.get(name, 0) + int(parts[1]) * 1024
+    return found
 kind, path, setting = sys.argv[1:4]
 import ctypes, warnings
 warnings.filterwarnings("ignore")
@@ -44,7 +56,7 @@ warnings.filterwarnings("ignore")
 import seq2seq.decode.translator, torch.ao.quantization, torch.ao.nn.quantized.dynamic
 if kind == "ct2":
     import ctranslate2
-before = rss()
+before, files = rss(), mapped()
 if kind == "seq2seq":
     from seq2seq.config import run_decode
     t = seq2seq.decode.translator.load_translator(
@@ -55,12 +67,19 @@ else:
 # The float32 weights an int8 load drops go back to the system, as they would in time.
 ctypes.CDLL("libc.so.6").malloc_trim(0)
 after = rss()
-print(after[0] - before[0], after[1] - before[1])
+grown = {k: v - files.get(k, 0) for k, v in mapped().items() if v > files.get(k, 0)}
+print(json.dumps({"rss": after[0] - before[0], "anon": after[1] - before[1], "files": grown}))
 """
 
 
 def loaded_rss(kind: str, path: Path, setting: str) -> tuple[int, int]:
     """Bytes of resident memory (all, anonymous) a loaded model adds, in a fresh process."""
+    found = loaded_memory(kind, path, setting)
+    return found["rss"], found["anon"]
+
+
+def loaded_memory(kind: str, path: Path, setting: str) -> dict:
+    """`loaded_rss`'s two figures and the resident bytes each mapped file gained (`files`)."""
     proc = subprocess.run(
         [sys.executable, "-c", RSS_PROBE, kind, str(path), setting],
         cwd=REPO,
@@ -70,8 +89,7 @@ def loaded_rss(kind: str, path: Path, setting: str) -> tuple[int, int]:
     )
     if proc.returncode != 0:
         sys.exit(f"memory probe failed:\n{proc.stderr[-2000:]}")
-    total, anon = proc.stdout.split()[-2:]
-    return int(total), int(anon)
+    return json.loads(proc.stdout.splitlines()[-1])
 
 
 def int8_export(run: Path, out: Path) -> Path:
@@ -82,14 +100,30 @@ def int8_export(run: Path, out: Path) -> Path:
     return folder if folder.is_dir() else export_int8(run, folder)
 
 
-def memory_rows(run: Path, out: Path) -> dict[str, tuple[float, float]]:
-    """Loaded memory (RSS, anonymous) in MB of the float32, int8 and int8-export models."""
+def memory_rows(run: Path, out: Path) -> dict[str, dict]:
+    """Loaded memory (`loaded_memory`) of the float32, int8 and int8-export models."""
     probes = {
         "seq2seq float32": ("seq2seq", run, "none"),
         "seq2seq int8": ("seq2seq", run, "int8"),
         "seq2seq int8 export": ("seq2seq", int8_export(run, out), "int8"),
     }
-    return {name: tuple(b / 2**20 for b in loaded_rss(*p)) for name, p in probes.items()}
+    return {name: loaded_memory(*p) for name, p in probes.items()}
+
+
+def print_memory(memory: dict[str, dict]) -> None:
+    """RSS, anonymous and file-backed MB of each model, and the file that grew most."""
+    mb = 2**20
+    base = memory["seq2seq float32"]["rss"]
+    print(f"{'system':<24} {'RSS MB':>7} {'anon MB':>8} {'file MB':>8} {'RSS / float32':>14}")
+    for name, m in memory.items():
+        files = sum(m["files"].values())
+        print(
+            f"{name:<24} {m['rss'] / mb:>7.1f} {m['anon'] / mb:>8.1f} {files / mb:>8.1f} "
+            f"{m['rss'] / base:>14.2f}"
+        )
+    for name, m in memory.items():
+        top = sorted(m["files"].items(), key=lambda kv: -kv[1])[:2]
+        print(f"  {name}: " + ", ".join(f"{Path(k).name} {v / mb:.1f} MB" for k, v in top))
 
 
 def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repeats: int, out: Path):
@@ -220,11 +254,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.memory_only:
-        memory = memory_rows(args.run, args.out)
-        base = memory["seq2seq float32"][0]
-        print(f"{'system':<24} {'RSS MB':>7} {'anon MB':>8} {'RSS / float32':>14}")
-        for name, (total, anon) in memory.items():
-            print(f"{name:<24} {total:>7.1f} {anon:>8.1f} {total / base:>14.2f}")
+        print_memory(memory_rows(args.run, args.out))
         return
     src = (args.data / "valid.en").read_text(encoding="utf-8").splitlines()
     refs = (args.data / "valid.fr").read_text(encoding="utf-8").splitlines()
