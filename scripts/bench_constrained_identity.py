@@ -14,8 +14,8 @@ whole), and the line is decoded again with it.
 The glossary is the word dictionary of scripts/bench_terminology.py (Dice over the train split,
 seq2seq.data.term_dictionary.dice_dictionary, over the valid split's source words), less the
 words that stay the same; each valid line is decoded with it. The lines scored are those with a
-glossary hit whose plain output already holds each target term as often as its source term
-occurs (glossary.term_use).
+glossary hit whose plain output already holds each target term exactly as often as its source
+term occurs (glossary.occurrences), as the search counts a held term.
 
 A search that never hurts a sentence gives the same output on the lines scored; the script prints
 the identical share, the share that differs but scores higher under the model, how many
@@ -31,6 +31,7 @@ import json
 import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,7 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from seq2seq.config import run_decode  # noqa: E402
 from seq2seq.data.term_dictionary import WORD, dice_dictionary  # noqa: E402
-from seq2seq.decode.glossary import make_glossary, term_use  # noqa: E402
+from seq2seq.decode.glossary import make_glossary, occurrences  # noqa: E402
 from seq2seq.decode.translator import flatten, load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
@@ -78,6 +79,11 @@ def dictionary_glossary(lines: list[str]):
     train_tgt = (DATA / "train.fr").read_text(encoding="utf-8").splitlines()
     words = dice_dictionary(train_src, train_tgt, wanted=wanted)
     return make_glossary(sorted((s, t) for s, t in words.items() if s != t), origin="dictionary")
+
+
+def holds(output: str, terms: list[str]) -> bool:
+    """Whether `output` holds each term exactly as often as `terms` lists it."""
+    return all(occurrences(t, output) == n for t, n in Counter(terms).items())
 
 
 def figures(picked, plain_scored, found, all_found=None) -> dict:
@@ -134,11 +140,7 @@ def main() -> None:
         glossary = dictionary_glossary(lines)
         hit = [i for i, line in enumerate(lines) if glossary.terms_in(line)]
         found = with_terms(translator, [lines[i] for i in hit], glossary=glossary)
-        held = [
-            j
-            for j, i in enumerate(hit)
-            if term_use([plain[i]], [glossary.terms_in(lines[i])])["rate"] == 1.0
-        ]
+        held = [j for j, i in enumerate(hit) if holds(plain[i], glossary.terms_in(lines[i]))]
         report |= {"glossary_pairs": len(glossary.pairs), "lines_with_a_hit": len(hit)}
         report["hit_lines_answered_by_the_plain_beam"] = sum(p for _, _, p in found)
         report |= figures([hit[j] for j in held], plain_scored, [found[j] for j in held])

@@ -25,9 +25,13 @@ OPTIONS = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
 
 
 def _held_once(tokens: list[int]) -> tuple[int, ...]:
-    """A two-token span the output holds once (else its last token)."""
-    spans = [tuple(tokens[i : i + 2]) for i in range(len(tokens) - 1)]
-    return next((t for t in spans if _count(tokens, t) == 1), tuple(tokens[-1:]))
+    """A span of two, one or three tokens the output holds once (else the whole output)."""
+    for n in (2, 1, 3):
+        spans = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+        once = [t for t in spans if _count(tokens, t) == 1]
+        if once:
+            return once[0]
+    return tuple(tokens)
 
 
 def _absent(tokens: list[int]) -> tuple[int, ...]:
@@ -84,9 +88,11 @@ def test_an_output_holds_a_term_as_the_search_counts_it():
     glue = torch.zeros(12, dtype=torch.bool)
     glue[9] = True  # and 9 continues the word before it ("s")
     spellings = Spellings({(4, 5): ((6,),)}, opens)  # the term 4 5 is 6 when glued on
-    outputs = [[[4, 5, 7]], [[3, 6, 7]], [[8, 6, 7]], [[4, 5, 9]], [[4, 5, 4, 5]], [[4, 5]]]
-    terms = [((4, 5),)] * 5 + [((4, 5), (4, 5))]
-    assert holds_terms(outputs, terms, spellings, glue) == [True, True, False, False, True, False]
+    outputs = [[[4, 5, 7]], [[3, 6, 7]], [[8, 6, 7]], [[4, 5, 9]], [[4, 5, 4, 5]]]
+    once = holds_terms(outputs, [((4, 5),)] * 5, spellings, glue)
+    assert once == [True, True, False, False, False]  # twice is more than its source asks
+    twice = holds_terms(outputs, [((4, 5), (4, 5))] * 5, spellings, glue)
+    assert twice == [False, False, False, False, True]
 
 
 def test_an_nbest_list_is_the_plain_one_only_when_each_output_holds_the_terms():

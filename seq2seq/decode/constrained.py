@@ -129,9 +129,10 @@ def holds_terms(
     spellings: Spellings | None = None,
     glue: torch.Tensor | None = None,
 ) -> list[bool]:
-    """Per sentence, whether each of its outputs (token ids) holds every term as often as its
-    list gives it, counted as the search counts a term: any of its spellings (a glued one after
-    a token that opens a word), not followed by a piece that `glue` says continues the word."""
+    """Per sentence, whether each of its outputs (token ids) holds every term exactly as often
+    as its list gives it (more is what the search never writes), counted as the search counts a
+    term: any of its spellings (a glued one after a token that opens a word), not followed by a
+    piece that `glue` says continues the word."""
     seen = {t for outs in outputs for out in outs for t in out}
     opens = _marked(spellings.opens if spellings is not None else None, seen)
     glues = _marked(glue, seen)
@@ -142,7 +143,7 @@ def holds_terms(
         needs = [(terms[j], n) for j, n in zip(kept, times_needed(terms, kept))]
         out.append(
             all(
-                _times(tokens, term, glued.get(term, ()), opens, glues) >= n
+                _times(tokens, term, glued.get(term, ()), opens, glues) == n
                 for tokens in outs
                 for term, n in needs
             )

@@ -161,7 +161,7 @@ def constrained_beam_search(
 ) -> list[list[Hypothesis]]:
     """Beam search whose outputs hold each sentence's constraints (token-id sequences); the
     `nbest` best of each sentence, best first. The plain beam runs first, with the same
-    settings: a sentence whose outputs already hold every term (constrained.holds_terms) is
+    settings: a sentence whose outputs already hold its terms (constrained.holds_terms) is
     answered with them, text and score, so a glossary never changes it; only the others are
     searched with constraints (constrained.ConstrainedBeam)."""
     if beam < 2:
