@@ -14,11 +14,12 @@ a joint 8,000-piece vocabulary, tied embeddings; RSS of a loaded model in a fres
   the u8·s8 products) the activations keep 8 bits, not fbgemm's default 7 (`reduce_range`).
   enfr-small, 300 valid lines, outputs identical to float32 greedy / beam 4 (BLEU greedy,
   float32 22.42): torch's defaults 74.3% / 61.3% (21.71); 8 bits 84.3% / 74.0% (21.80); 8 bits
-  per row 86.7% / 79.7% (22.09; 88.3% / 80.3%, 22.23 with the bias rounded another way: a few
-  lines' near-ties); CTranslate2 int8 83.0% / 78.7%. The row scaling costs three
-  elementwise ops per layer (one thread, 128 rows, 256 → 256: 75 → 115 µs of CPU per layer):
-  decoding 200 lines on one thread took 17% more CPU time greedy, 11% beam 4 (busy machine,
-  process time, not a timed row).
+  per row 87.3% / 80.3% (22.10; 86.7-88.3% / 79.7-80.3%, 22.09-22.23 as the scale and bias
+  were rounded other ways: a few lines' near-ties); CTranslate2 int8 83.0% / 78.7%. The row
+  scaling costs three elementwise ops per layer (one thread, 128 rows, 256 → 256: 75 → 110 µs
+  of CPU per layer):
+  decoding 200 lines on one thread took 11-19% more CPU time greedy, 9-14% beam 4 (busy
+  machine, process time, not a timed row).
 - `quantize_dynamic` (used before) left each replaced float32 Linear in a reference cycle (its
   qconfig's closures), so their weights went back only at the next garbage collection: the int8
   model measured 52.5 MB, 1.34× float32. Modules built here are plain, replaced ones freed at once.
@@ -237,8 +238,8 @@ def _packed_product(
     one range, so each row is divided by its absolute maximum first and multiplied back after."""
     scale = x.abs().amax(-1, keepdim=True).clamp_min_(TINY)
     product = torch.ops.quantized.linear_dynamic(x / scale, packed, reduce_range=REDUCE_RANGE)
-    product = product.to(x.dtype).mul_(scale)
-    return product if bias is None else product.add_(bias)
+    # One op for the scale and the bias: each op costs microseconds at a decoding step's size.
+    return product.mul_(scale) if bias is None else torch.addcmul(bias, product, scale)
 
 
 def convert_linears(model: nn.Module, skip: set[str]) -> list[str]:
