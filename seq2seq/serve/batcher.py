@@ -9,8 +9,8 @@ back, in its order. Nothing here knows about HTTP or torch, so it is tested on i
 
 Work of a named group (serve's constrained and markup requests, whose search costs many times
 plain search's per token) is decoded in slices: a few lines at a time, up to a small compute
-budget, its results gathered in order, and between two slices up to two plain batches, if
-plain work waits (it never waits behind more than one slice). A request abandoned between its slices
+budget, its results gathered in order, and between two slices the plain batch that waits, if
+any (plain work never waits behind more than one slice). A request abandoned between its slices
 is decoded no further.
 """
 
@@ -45,9 +45,6 @@ class BatchLimits:
     # The same, for one slice of a named group's work (constrained, markup): bounds how long
     # plain work may wait behind it, and its peak memory. A line over it goes alone.
     max_slice_beam_tokens: int = 512
-    # Plain batches the decoder takes between two slices while both kinds wait: 1:1 turns left
-    # normal clients' p99 at 3.24× quiet beside a hostile glossary client (benchmarks/RESULTS.md).
-    plain_per_slice: int = 2
 
 
 @dataclass
@@ -153,7 +150,7 @@ class _WorkQueue:
         self.limits = limits
         self.jobs: deque[_Job] = deque()
         self.lines = self.tokens = 0  # sentences and source tokens waiting
-        self._plain_run = limits.plain_per_slice  # plain decode calls since the last slice
+        self._sliced_last = False  # the last decode call was a slice: plain work goes next
         # Per group: requests abandoned between their slices (their decoding went on 0 s),
         # told with the group's next report.
         self._stopped: dict[str, list[float]] = {}
@@ -183,12 +180,11 @@ class _WorkQueue:
 
     def next(self) -> list[_Piece]:
         """What the next decode call holds: plain requests or one slice of a named group's
-        work, in turns while both wait (`plain_per_slice` plain calls, then a slice)."""
+        work, in turns while both wait."""
         plain = any(not job.group for job in self.jobs)
         named = any(job.group for job in self.jobs)
-        sliced = named and (not plain or self._plain_run >= self.limits.plain_per_slice)
-        self._plain_run = 0 if sliced else self._plain_run + 1
-        return self._take_slice() if sliced else self._take()
+        self._sliced_last = named and not (plain and self._sliced_last)
+        return self._take_slice() if self._sliced_last else self._take()
 
     def _take(self) -> list[_Piece]:
         """Plain requests in arrival order up to the budgets (always at least one: a request
