@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 from bench_translate import BEAMS, agreement, decode_exported_ct2, decode_project
@@ -59,8 +60,10 @@ if kind == "ct2":
 before, files = rss(), mapped()
 if kind == "seq2seq":
     from seq2seq.config import run_decode
+    # "none" / "int8", or decode settings as JSON
+    changes = json.loads(setting) if setting.startswith("{") else {"quantize": setting}
     t = seq2seq.decode.translator.load_translator(
-        path, device="cpu", decode=run_decode(path, quantize=setting)
+        path, device="cpu", decode=run_decode(path, **changes)
     )
 else:
     t = ctranslate2.Translator(path, device="cpu", compute_type=setting, intra_threads=1)
@@ -104,6 +107,7 @@ def memory_rows(run: Path, out: Path) -> dict[str, dict]:
     """Loaded memory (`loaded_memory`) of the float32, int8 and int8-export models."""
     probes = {
         "seq2seq float32": ("seq2seq", run, "none"),
+        "seq2seq float32, torch GEMM": ("seq2seq", run, '{"packed_weights": false}'),
         "seq2seq int8": ("seq2seq", run, "int8"),
         "seq2seq int8 export": ("seq2seq", int8_export(run, out), "int8"),
     }
@@ -129,14 +133,17 @@ def print_memory(memory: dict[str, dict]) -> None:
 def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repeats: int, out: Path):
     """seq2seq and CTranslate2 rows, float32 and int8, with agreement and loaded memory."""
     exported = int8_export(run, out)
+    timed = partial(decode_project, src=src, refs=refs, threads=threads, repeats=repeats, out=out)
     rows = {
-        "seq2seq float32": decode_project(run, src, refs, threads, repeats, out, "s2s-fp32"),
-        "seq2seq int8": decode_project(
-            run, src, refs, threads, repeats, out, "s2s-int8", quantize="int8"
+        "seq2seq float32": timed(run, name="s2s-fp32"),
+        "seq2seq float32, torch GEMM": timed(
+            run, name="s2s-fp32-plain", settings={"packed_weights": False}
         ),
-        "seq2seq int8 export": decode_project(
-            exported, src, refs, threads, repeats, out, "s2s-int8-run", quantize="int8"
+        "seq2seq int8": timed(run, name="s2s-int8", quantize="int8"),
+        "seq2seq int8, batch scales": timed(
+            run, name="s2s-int8-batch", quantize="int8", settings={"int8_scales": "batch"}
         ),
+        "seq2seq int8 export": timed(exported, name="s2s-int8-run", quantize="int8"),
     }
     for compute, export in (("float32", True), ("int8", False)):
         found = decode_exported_ct2(
@@ -147,10 +154,22 @@ def int8_rows(run: Path, src: list[str], refs: list[str], *, threads: int, repea
             rows[f"ctranslate2 {compute}, seq2seq export"] = found
     ct2 = out / "seq2seq-ct2"
     # name: (file prefix of its outputs, of its float32 twin's, memory probe)
+    # The float32 twin is torch's GEMM: the outputs every earlier run called float32.
+    fp32, int8, plain = "none", "int8", "s2s-fp32-plain"
     systems = {
-        "seq2seq float32": ("s2s-fp32", "s2s-fp32", ("seq2seq", run, "none")),
-        "seq2seq int8": ("s2s-int8", "s2s-fp32", ("seq2seq", run, "int8")),
-        "seq2seq int8 export": ("s2s-int8-run", "s2s-fp32", ("seq2seq", exported, "int8")),
+        "seq2seq float32": ("s2s-fp32", plain, ("seq2seq", run, fp32)),
+        "seq2seq float32, torch GEMM": (
+            plain,
+            plain,
+            ("seq2seq", run, '{"quantize": "none", "packed_weights": false}'),
+        ),
+        "seq2seq int8": ("s2s-int8", plain, ("seq2seq", run, int8)),
+        "seq2seq int8, batch scales": (
+            "s2s-int8-batch",
+            plain,
+            ("seq2seq", run, '{"quantize": "int8", "int8_scales": "batch"}'),
+        ),
+        "seq2seq int8 export": ("s2s-int8-run", plain, ("seq2seq", exported, int8)),
         "ctranslate2 float32, seq2seq export": (
             "ct2-float32",
             "ct2-float32",

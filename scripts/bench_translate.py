@@ -170,9 +170,11 @@ def decode_project(
     quantize: str = "none",
     beams: tuple[int, ...] = BEAMS,
     batch: int = BATCH,
+    settings: dict | None = None,
 ) -> dict:
     """Greedy and beam-4 decoding of `src` by the project, timed in this process (on a GPU in
-    its default precision, bf16 autocast; `quantize="int8"`: int8 on CPU)."""
+    its default precision, bf16 autocast; `quantize="int8"`: int8 on CPU; `settings`: more
+    decode settings, e.g. {"packed_weights": False})."""
     import torch
 
     torch.set_num_threads(threads)
@@ -190,6 +192,7 @@ def decode_project(
         # HF's and CTranslate2's normalisation and whole lines, so that all run the same search.
         decode["length_norm"] = "length"
         decode["split_sentences"] = False
+        decode.update(settings or {})
         translator, _ = load_translator(run, device=device, decode=run_decode(run, **decode))
         if device != "cpu":
             translate_as_peers_do(translator, src[:BATCH])  # kernels loaded before timing

@@ -676,6 +676,17 @@ class DecodeConfig(_Strict):
         description="`int8`: the linear layers (attention, FFN, output) run int8 weights with "
         "dynamic int8 activations, and the embeddings are int8 rows, on CPU only.",
     )
+    int8_scales: Literal["row", "batch"] = Field(
+        "row",
+        description="int8: each linear layer quantizes its input with one scale per row (per "
+        "token; more outputs equal float32's) or one per batch (fbgemm's own; faster).",
+    )
+    packed_weights: bool = Field(
+        True,
+        description="float32 on CPU: the linear layers multiply on oneDNN's pre-packed copies "
+        "of their weights, laid out once at load (faster; sums in another order, so a near-tie "
+        "can decode differently from `false`, torch's default GEMM). Ignored on CUDA and int8.",
+    )
 
     sampling: str = Field(
         "none",

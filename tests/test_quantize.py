@@ -45,7 +45,8 @@ SOURCES_FROM = 1000  # demo pairs past those the tiny run trained on
 
 def _translators(run: Path, **decode):
     """The run's translator in float32 and in int8, both greedy on CPU unless `decode` says."""
-    fp32, _ = load_translator(run, device="cpu", decode=run_decode(run, **decode))
+    # Plain float32 (torch's GEMM), the reference int8 is held against.
+    fp32, _ = load_translator(run, device="cpu", decode=run_decode(run, **decode), packed=False)
     int8, _ = load_translator(run, device="cpu", decode=run_decode(run, quantize="int8", **decode))
     return fp32, int8
 
@@ -240,6 +241,21 @@ def test_each_input_row_gets_its_own_int8_scale_so_a_loud_row_leaves_a_quiet_one
     # One scale per batch would round the quiet row to a few levels of the loud row's range.
     assert torch.allclose(beside_loud, alone, atol=1e-3)
     assert (beside_loud - expected).abs().max() < 0.02 * expected.abs().max()
+
+
+def test_batch_scales_quantize_the_batch_with_one_range_as_fbgemm_does(trained_tiny_run):
+    linear, int8 = _one_linear(seed=6)
+    int8.per_row = False
+    quiet, loud = torch.randn(1, 64) * 0.01, torch.randn(1, 64) * 100
+    with torch.no_grad():
+        alone, beside_loud = int8(quiet), int8(torch.cat([quiet, loud]))[:1]
+        expected = linear(quiet)
+    # The quiet row keeps a few levels of the loud row's range: the price of the faster path.
+    assert (beside_loud - expected).abs().max() > 10 * (alone - expected).abs().max()
+    decode = run_decode(trained_tiny_run, quantize="int8", int8_scales="batch")
+    translator, _ = load_translator(trained_tiny_run, device="cpu", decode=decode)
+    layers = [m for m in translator.model.modules() if hasattr(m, "per_row")]
+    assert layers and not any(m.per_row for m in layers)
 
 
 def test_int8_linear_outputs_are_close_to_float32s_and_the_same_every_time():

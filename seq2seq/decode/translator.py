@@ -25,6 +25,8 @@ from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.errors import UserError
+from seq2seq.model.int8 import use_activation_scales
+from seq2seq.model.packed import pack_linears
 from seq2seq.model.quantize import int8_device
 from seq2seq.model.transformer import Transformer
 from seq2seq.run.rundir import load_run
@@ -550,17 +552,26 @@ def load_translator(
     tgt_lang: str | None = None,
     quantize: Literal["none", "int8"] | None = None,
     shortlist: bool = False,
+    packed: bool | None = None,
 ) -> tuple[Translator, Path]:
     """A ready Translator for a run directory's best (else latest) or a given checkpoint,
     decoding with `decode` (default: the run's own settings), checking lines for `glossary`'s
     terms, between `src_lang` and `tgt_lang` (default: the run's; checked: one clear error),
     its weights int8 when `quantize` (default: `decode.quantize`) says so, scoring only the
-    run's lexical shortlist (RUN/shortlist.safetensors) when `shortlist`."""
+    run's lexical shortlist (RUN/shortlist.safetensors) when `shortlist`, float32 on CPU on
+    oneDNN-packed weights when `packed` (default: `decode.packed_weights`; an export reading
+    the model's weights passes False)."""
     decode = decode or load_run_config(run_dir).decode
     int8 = (quantize or decode.quantize) == "int8"
     dev = resolve_device(int8_device(device) if int8 else device)
     # int8 once, at load: decoding then runs the int8 model like any other
     run = load_run(run_dir, checkpoint, dev, int8=int8)
+    if int8:
+        use_activation_scales(run.model, per_row=decode.int8_scales == "row")
+    elif dev.type == "cpu" and (decode.packed_weights if packed is None else packed):
+        # A shortlist scores a subset of the output rows: that layer keeps torch's GEMM.
+        skip = {"output"} if shortlist else set()
+        pack_linears(run.model, decode.batch_size * decode.beam_size, skip)
     data, guided = run.config.data, run.config.train.alignment
     translator = Translator(
         run.model,

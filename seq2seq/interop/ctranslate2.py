@@ -118,7 +118,7 @@ def export_ctranslate2(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder; choose a new one")
     # Float32 weights always (whatever the run's decode.quantize): CTranslate2 quantizes itself.
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none")
+    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
     tok = translator.tokenizer
     spec = transformer_spec(translator.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
 

@@ -368,7 +368,7 @@ def export_hf_m2m100(run_dir: Path, out: Path, checkpoint: Path | None = None) -
             f"{run_dir}: a {cfg.tokenizer.layout} tokenizer has no M2M100 form (export hf "
             "writes runs imported from M2M100 or NLLB)"
         )
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none")
+    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
     config, generation = m2m100_config(translator.model, cfg, translator.decode)
     tensors = m2m100_tensors(translator.model)
     tok_dir = Path(run_dir) / TOKENIZER_DIR

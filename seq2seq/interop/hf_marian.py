@@ -590,7 +590,7 @@ def export_hf_marian(run_dir: Path, out: Path, checkpoint: Path | None = None) -
             "Marian form; export it with --format ctranslate2"
         )
     # Float32 weights always, whatever the run's decode.quantize.
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none")
+    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
     model, tokenizer = translator.model, translator.tokenizer
     config, generation = marian_config(model, tokenizer.ids, tokenizer.joint, translator.decode)
     tensors = marian_tensors(model)

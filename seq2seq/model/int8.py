@@ -137,9 +137,10 @@ class Int8Linear(nn.Module):
         self._packed = _pack_qint8(qweight)  # a ScriptObject: no module, no state_dict entry
         self.register_buffer("bias", bias)
         self.out_features, self.in_features = qweight.shape
+        self.per_row = True  # activation scales: one per row (else one per batch)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _packed_product(x, self._packed, self.bias)
+        return _packed_product(x, self._packed, self.bias, self.per_row)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The int8 rows [out, in] and their float32 scales [out], unpacked."""
@@ -185,6 +186,7 @@ class Int8Output(nn.Module):
         self._tied_rows = (rows, scale) if tied else None
         self.out_features, self.in_features = rows.shape
         self._subset: tuple[torch.Tensor, torch.ScriptObject] | None = None
+        self.per_row = True  # activation scales: one per row (else one per batch)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The int8 rows [V, d] and their float32 scales [V]."""
@@ -194,7 +196,7 @@ class Int8Output(nn.Module):
         return int8_rows(weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _packed_product(x, self._packed)
+        return _packed_product(x, self._packed, None, self.per_row)
 
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """forward(x)[..., rows], on a packed copy of those rows only (kept while `rows` is the
@@ -203,7 +205,7 @@ class Int8Output(nn.Module):
             self._subset = None  # the last batch's copy goes before this one is made
             ints, scale = self.rows()
             self._subset = (rows, _pack(ints[rows], scale[rows]))
-        return _packed_product(x, self._subset[1])
+        return _packed_product(x, self._subset[1], None, self.per_row)
 
     def extra_repr(self) -> str:
         tied = ", tied to the target embedding" if self.tied else ""
@@ -232,14 +234,27 @@ TINY = 1e-30  # an all-zero row's scale: the row stays zero instead of dividing 
 
 
 def _packed_product(
-    x: torch.Tensor, packed: torch.ScriptObject, bias: torch.Tensor | None = None
+    x: torch.Tensor, packed: torch.ScriptObject, bias: torch.Tensor | None, per_row: bool
 ) -> torch.Tensor:
-    """x · Wᵀ (+ bias) with one activation scale per row of x: fbgemm quantizes the batch with
-    one range, so each row is divided by its absolute maximum first and multiplied back after."""
+    """x · Wᵀ (+ bias) with one activation scale per row of x, else fbgemm's one for the batch:
+    fbgemm quantizes with one range, so each row is divided by its absolute maximum first and
+    multiplied back after."""
+    if not per_row:
+        product = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=REDUCE_RANGE)
+        return product if bias is None else product.add_(bias)
     scale = x.abs().amax(-1, keepdim=True).clamp_min_(TINY)
     product = torch.ops.quantized.linear_dynamic(x / scale, packed, reduce_range=REDUCE_RANGE)
     # One op for the scale and the bias: each op costs microseconds at a decoding step's size.
     return product.mul_(scale) if bias is None else torch.addcmul(bias, product, scale)
+
+
+def use_activation_scales(model: nn.Module, per_row: bool) -> int:
+    """Quantize every int8 layer's input with one scale per row, or one per batch (fbgemm's
+    own: no extra operator, so faster, but fewer outputs equal float32's); layers set."""
+    layers = [m for m in model.modules() if isinstance(m, Int8Linear | Int8Output)]
+    for layer in layers:
+        layer.per_row = per_row
+    return len(layers)
 
 
 def convert_linears(model: nn.Module, skip: set[str]) -> list[str]:

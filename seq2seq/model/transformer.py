@@ -510,7 +510,7 @@ class Transformer(nn.Module):
         forward_rows = getattr(self.output, "forward_rows", None)
         if forward_rows is not None:  # an int8 output layer scores a subset itself
             out = forward_rows(states, rows)
-        elif isinstance(self.output, nn.Linear):
+        elif getattr(self.output, "weight", None) is not None:  # nn.Linear, or a packed one
             # A batch asks with one `rows` tensor every step: gather its weight rows once.
             cached = getattr(self, "_rows_weight", None)
             if cached is None or cached[0] is not rows:
