@@ -54,7 +54,9 @@ def group_of(name: str) -> str:
     return "other operators"
 
 
-def profile(run: Path, lines: list[str], beam: int, threads: int, quantize: str) -> dict:
+def profile(
+    run: Path, lines: list[str], beam: int, threads: int, quantize: str, packed: bool = True
+) -> dict:
     """Milliseconds per group for one pass of `lines`, after one unprofiled warm-up pass."""
     import torch
     from torch.profiler import ProfilerActivity
@@ -64,7 +66,9 @@ def profile(run: Path, lines: list[str], beam: int, threads: int, quantize: str)
     from seq2seq.decode.translator import load_translator
 
     torch.set_num_threads(threads)
-    decode = run_decode(run, beam_size=beam, batch_size=32, quantize=quantize)
+    decode = run_decode(
+        run, beam_size=beam, batch_size=32, quantize=quantize, packed_weights=packed
+    )
     translator, _ = load_translator(run, device="cpu", decode=decode)
     translator.translate(lines[:64])  # warm-up: allocator, kernels
     with torch_profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -123,6 +127,7 @@ def main() -> None:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--quantize", default="none")
+    p.add_argument("--torch-gemm", action="store_true", help="float32 without packed weights")
     p.add_argument("--json", type=Path)
     p.add_argument("--counts", action="store_true", help="operator and allocation counts only")
     args = p.parse_args()
@@ -136,7 +141,9 @@ def main() -> None:
             )
         )
         return
-    result = profile(args.run, lines, args.beam, args.threads, args.quantize)
+    result = profile(
+        args.run, lines, args.beam, args.threads, args.quantize, packed=not args.torch_gemm
+    )
     result["cpu"] = cpu_line()
     result["settings"] = {k: str(v) for k, v in vars(args).items()}
     print(f"CPU: {result['cpu']}")
