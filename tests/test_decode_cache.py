@@ -51,6 +51,20 @@ def test_a_cache_given_no_capacity_grows_and_still_equals_the_full_decoder(tiny_
 
 
 @torch.inference_mode()
+def test_a_steps_cross_attention_gives_padded_source_keys_zero_weight(tiny_model_config):
+    model = tiny_model(tiny_model_config, VOCAB).eval()
+    src = _ids([5, 6, 7, 2], [8, 2])
+    memory = model.encode(src, padding_mask(src))
+    loud = memory.clone()
+    loud[1, 2:] = 1e3  # the short sentence's padding positions
+    steps = []
+    for states in (memory, loud):
+        cache = model.start_decoding(states, padding_mask(src), 2, 4)
+        steps.append(model.decode_step(torch.tensor([1, 1, 1, 1]), cache))
+    torch.testing.assert_close(steps[0], steps[1], atol=0, rtol=0)
+
+
+@torch.inference_mode()
 def test_a_reorder_and_a_narrowing_in_one_step_continue_the_chosen_prefixes(tiny_model_config):
     model = tiny_model(tiny_model_config, VOCAB).eval()
     src = _ids([5, 6, 7, 2], [8, 9, 2], [4, 2])
