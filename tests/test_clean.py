@@ -67,6 +67,29 @@ def test_white_space_runs_become_one_space_and_invisible_characters_go():
     assert filters.normalise_whitespace(" a\t\tb \u200bc\u00a0 d\ufeff ") == "a b c d"
 
 
+@pytest.mark.parametrize(
+    "separator", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f"], ids=ascii
+)
+def test_carriage_returns_and_other_white_space_controls_separate_words(separator):
+    assert filters.normalise_whitespace(f"lone{separator}carriage") == "lone carriage"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645",  # Persian mi-khaham: ZWNJ is spelling
+        "\U0001f468\u200d\U0001f469\u200d\U0001f467",  # one family emoji joined by ZWJ
+    ],
+    ids=["persian-zwnj", "emoji-zwj"],
+)
+def test_zero_width_joiners_and_non_joiners_are_kept(text):
+    assert filters.normalise_whitespace(text) == text
+
+
+def test_other_control_characters_still_go():
+    assert filters.normalise_whitespace("a\x00b\x07c\x0e\x1bd\x7f") == "abcd"
+
+
 @pytest.mark.parametrize("name", sorted(NOISY))
 def test_each_kind_of_noise_is_rejected_by_its_own_filter(name):
     assert judged([*GOOD, NOISY[name]]) == ["kept"] * 3 + [name]

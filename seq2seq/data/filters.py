@@ -8,14 +8,16 @@ import re
 from seq2seq.config import CleanConfig
 
 _SPACES = re.compile(r"\s+")
-# Format characters and controls: invisible, yet they split or join words.
-_INVISIBLE = re.compile(r"[\u0000-\u0008\u000b-\u001f\u007f\u200b-\u200d\u2060\ufeff]")
+# Format characters and controls: invisible, yet they split or join words. Controls that are
+# white space (CR, VT, FF, U+001C-U+001F) are left to _SPACES, which makes them a space; ZWNJ
+# and ZWJ (U+200C, U+200D) stay: they are part of Persian spellings and of emoji sequences.
+_INVISIBLE = re.compile(r"[\u0000-\u0008\u000e-\u001b\u007f\u200b\u2060\ufeff]")
 _NUMBER = re.compile(r"\d+")
 _URL = re.compile(r"(?:https?://|ftp://|www\.)[^\s<>\"']+", re.IGNORECASE)
 
 
 def normalise_whitespace(text: str) -> str:
-    """Runs of spaces, tabs and other white space as one space; invisible characters gone."""
+    """Runs of white space (CR, VT, FF too) as one space; invisible characters but ZWJ/ZWNJ gone."""
     return _SPACES.sub(" ", _INVISIBLE.sub("", text)).strip()
 
 
