@@ -509,7 +509,8 @@ def _output_fields(
 
 # `seq2seq serve`'s own options.
 Host = Annotated[
-    str, typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (no auth).")
+    str,
+    typer.Option(help="Address to listen on; 0.0.0.0 opens it to other machines (see --api-keys)."),
 ]
 Port = Annotated[int, typer.Option(min=0, max=65535, help="Port (0: a free one).")]
 BatchWindowMs = Annotated[
@@ -606,9 +607,27 @@ def serve(
         Path | None,
         typer.Option(
             "--api-keys",
-            help="Keys file for the LibreTranslate and DeepL routes: one key a line, optionally "
+            help="Keys file: one key a line, optionally "
             "followed by its requests a minute and characters=N (its character limit, as "
-            "/v2/usage reports it). Without it, those routes need no key.",
+            "/v2/usage reports it). With it, every translating route needs a key; without "
+            "it, none does.",
+        ),
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--state-dir",
+            help="Folder where what clients made outlives a restart (each key's character "
+            "usage, DeepL glossaries), one SQLite file each; created on start. Default: "
+            "$XDG_STATE_HOME/seq2seq/serve (~/.local/state/seq2seq/serve).",
+        ),
+    ] = None,
+    redis_url: Annotated[
+        str | None,
+        typer.Option(
+            "--redis-url",
+            help="A Redis server (redis://host:6379/0) that keeps what several replicas "
+            "share (each key's character usage) instead of the state dir.",
         ),
     ] = None,
 ) -> None:
@@ -625,6 +644,7 @@ def serve(
     """
     from seq2seq.serve import BatchLimits, RequestLimits, ServeConfig
     from seq2seq.serve import serve as run_server
+    from seq2seq.serve.server import default_state_dir
 
     if no_batching:  # one request a batch, at once
         batch_window_ms, max_batch_requests = 0.0, 1
@@ -649,6 +669,8 @@ def serve(
             body_timeout_s=body_timeout,
         ),
         api_keys=api_keys,
+        state_dir=state_dir or default_state_dir(),
+        redis_url=redis_url,
     )
     settings = {"beam_size": beam_size, "length_penalty": length_penalty, "quantize": quantize}
     settings["term_mode"] = term_mode

@@ -71,7 +71,11 @@ class ServeConfig:
     port: int = 8080
     batch: BatchLimits = field(default_factory=BatchLimits)
     request: RequestLimits = field(default_factory=RequestLimits)
-    api_keys: Path | None = None  # the LibreTranslate and DeepL routes' keys file (keys.py)
+    api_keys: Path | None = None  # the keys file of every translating route (keys.py)
+    # Where what clients made outlives the process (each feature its own SQLite file in it);
+    # None: this process's memory only (tests, library use).
+    state_dir: Path | None = None
+    redis_url: str | None = None  # shared by replicas: what they count together lives there
 
 
 def translator_decode(translator: Translator):
@@ -227,6 +231,7 @@ def create_app(
     _add_status_routes(app, models.described(), state, metrics)
     _add_model_routes(app, models)
     keys = KeyCheck(read_keys(cfg.api_keys) if cfg.api_keys else None)
+    app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
     libre = add_libretranslate_routes(app, models, keys)
     add_deepl_routes(app, models, keys)

@@ -75,6 +75,32 @@ def read_keys(path: Path) -> dict[str, KeyLimits]:
     return keys
 
 
+def presented_key(headers, fields: dict | None = None) -> str | None:
+    """The key a request presents: `Authorization: Bearer KEY`, `Authorization: DeepL-Auth-Key
+    KEY`, `X-API-Key: KEY`, else the body's `api_key` (LibreTranslate) or `auth_key` (DeepL)."""
+    scheme, _, value = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() in ("bearer", "deepl-auth-key") and value.strip():
+        return value.strip()
+    if headers.get("x-api-key", "").strip():
+        return headers["x-api-key"].strip()
+    for name in ("api_key", "auth_key"):
+        value = (fields or {}).get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def request_key(request, fields: dict | None = None) -> str | None:
+    """The key a request was let in with, for what is kept per key (usage, glossaries): the
+    key it presents (see `presented_key`; `fields`: its body's fields), or None when the server
+    has no keys (then every client is one and the same). Call it after the route's key check
+    (`authorize` in libretranslate.py or deepl.py) has let the request in: it checks nothing."""
+    keys = getattr(request.app.state, "keys", None)
+    if keys is None or not keys.required:
+        return None
+    return presented_key(request.headers, fields)
+
+
 class KeyCheck:
     """Who may call: anyone when there are no keys, else holders of a key within its limits;
     and the characters translated for each key (for everyone together when there are none)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import signal
 import socket
 from pathlib import Path
@@ -42,6 +43,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
     sock.listen(2048)
     sock.set_inheritable(True)
     return sock
+
+
+def default_state_dir(environ=os.environ) -> Path:
+    """Where `serve` keeps its state by default: $XDG_STATE_HOME/seq2seq/serve."""
+    home = environ.get("XDG_STATE_HOME") or str(Path("~/.local/state").expanduser())
+    return Path(home) / "seq2seq" / "serve"
+
+
+def make_state_dir(cfg: ServeConfig) -> None:
+    """The state directory, created if need be; one that cannot be is one clear error."""
+    if cfg.state_dir is None:
+        return
+    try:
+        Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--state-dir {cfg.state_dir}: cannot create it ({e.strerror})") from None
 
 
 def _check_limits(cfg: ServeConfig) -> None:
@@ -100,6 +117,7 @@ def serve(
     except ImportError:
         raise UserError("seq2seq serve needs its extra: pip install 'seq2seq[serve]'") from None
     _check_limits(cfg)
+    make_state_dir(cfg)
     terms = read_glossary(glossary) if glossary is not None else None
     sock = listening_socket(cfg.host, cfg.port)  # a taken port fails before the model loads
     set_threads(threads)
