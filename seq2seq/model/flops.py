@@ -25,6 +25,15 @@ def training_flops(cfg: ModelConfig, vocab: int, src_lens: list[int], tgt_lens: 
     return 6.0 * macs
 
 
+def inference_flops(
+    cfg: ModelConfig, vocab: int, src_lens: list[int], out_lens: list[int]
+) -> float:
+    """FLOPs of a forward pass that reads these sources and emits these output lengths: the
+    forward third of `training_flops` (a KV-cached decoder step touches each weight once per
+    output token, as teacher forcing does)."""
+    return training_flops(cfg, vocab, src_lens, out_lens) / 3.0
+
+
 # Dense bf16 tensor-core peaks (no sparsity), by device name fragment.
 PEAK_BF16_FLOPS = {
     "H200": 989e12,
