@@ -41,6 +41,7 @@ from seq2seq.serve.batcher import (
 )
 from seq2seq.serve.deepl import add_routes as add_deepl_routes
 from seq2seq.serve.forms import ClientGone, Declined, read_body
+from seq2seq.serve.glossary_store import open_glossaries
 from seq2seq.serve.keys import KeyCheck, read_keys
 from seq2seq.serve.langs import served_pairs
 from seq2seq.serve.libretranslate import add_routes as add_libretranslate_routes
@@ -234,7 +235,7 @@ def create_app(
     app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
     libre = add_libretranslate_routes(app, models, keys)
-    add_deepl_routes(app, models, keys)
+    add_deepl_routes(app, models, keys, open_glossaries(cfg.state_dir, cfg.redis_url))
     add_page_route(app)
     _add_translate_route(app, models, cfg.request, libre)
     return app

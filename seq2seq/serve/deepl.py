@@ -8,7 +8,8 @@ path), the `Authorization: DeepL-Auth-Key …` header, errors `{"message": …}`
 import asyncio
 
 from seq2seq.serve.forms import ClientGone, body_fields, read_body
-from seq2seq.serve.glossaries import GlossaryStore, read_entries
+from seq2seq.serve.glossaries import glossary_entries
+from seq2seq.serve.glossary_store import GlossaryStore, MemoryGlossaries
 from seq2seq.serve.keys import KeyCheck
 from seq2seq.serve.langs import detect, language_name
 from seq2seq.serve.schema import RequestError
@@ -109,7 +110,13 @@ def _languages(models, fields: dict) -> tuple[str | None, str]:
     return src, tgt
 
 
-def _glossary(store: GlossaryStore, fields: dict, source: str | None, target: str):
+def owner(keys: KeyCheck, key: str | None) -> str | None:
+    """Whose glossaries a request sees: its key's, or everyone's on a server without keys."""
+    return key if keys.required else None
+
+
+async def _glossary(store: GlossaryStore, who: str | None, fields: dict, source, target: str):
+    """The entries of the request's `glossary_id` (the caller's own), or None without one."""
     glossary_id = fields.get("glossary_id")
     if not glossary_id:
         return None
@@ -117,7 +124,11 @@ def _glossary(store: GlossaryStore, fields: dict, source: str | None, target: st
         raise RequestError(
             400, "source_lang", "Use of a glossary requires the source_lang parameter."
         )
-    found = store.get(glossary_id) if isinstance(glossary_id, str) else None
+    found = (
+        await asyncio.to_thread(store.get, who, glossary_id)
+        if isinstance(glossary_id, str)
+        else None
+    )
     if found is None:
         raise RequestError(404, "glossary_id", "Glossary not found.")
     if (found.source_lang, found.target_lang) != (source, target):
@@ -127,11 +138,11 @@ def _glossary(store: GlossaryStore, fields: dict, source: str | None, target: st
     return [list(pair) for pair in found.entries]
 
 
-def native_body(engine, store, fields: dict, source: str, target: str, given_source):
-    """The request restated as a native /translate body, and its decoding updates."""
+def native_body(engine, fields: dict, source: str, target: str, glossary: list | None):
+    """The request restated as a native /translate body (with its glossary's entries), and its
+    decoding updates."""
     fmt = _choice(fields, "tag_handling", TAGS, "text")
     split = _choice(fields, "split_sentences", SPLIT, True)
-    glossary = _glossary(store, fields, given_source, target)
     body: dict = {"texts": _texts(fields), "source_lang": source, "target_lang": target}
     body["format"] = fmt
     if glossary is not None:
@@ -140,9 +151,9 @@ def native_body(engine, store, fields: dict, source: str, target: str, given_sou
     return body, ({} if split else {"split_sentences": False})
 
 
-def add_routes(app, models, keys: KeyCheck) -> None:
-    """DeepL's v2 routes."""
-    store = GlossaryStore()
+def add_routes(app, models, keys: KeyCheck, store: GlossaryStore | None = None) -> None:
+    """DeepL's v2 routes; glossaries kept in `store` (default: this process's memory)."""
+    store = MemoryGlossaries() if store is None else store
     _add_translate_route(app, models, keys, store)
     _add_language_routes(app, models, keys)
     _add_glossary_routes(app, models, keys, store)
@@ -185,13 +196,13 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
                 )
             source, target = _languages(models, fields)
             texts = _texts(fields)
-            given = source
+            glossary = await _glossary(store, owner(keys, key), fields, source, target)
             if source is None:
                 candidates = sorted({s for s, t in models.pairs if t == target})
                 found = await asyncio.to_thread(detect, texts, candidates)
                 source = max(found, key=lambda f: f[1])[0]
             engine = models.route(source, target)
-            restated, updates = native_body(engine, store, fields, source, target, given)
+            restated, updates = native_body(engine, fields, source, target, glossary)
             _, results = await engine.translate(request, restated, updates)
         except ClientGone:
             return Response(status_code=400)  # nobody is left to read it
@@ -238,8 +249,9 @@ def _add_language_routes(app, models, keys: KeyCheck) -> None:
         return {"supported_languages": [{"source_lang": s, "target_lang": t} for s, t in pairs]}
 
 
-def _new_glossary(models, store: GlossaryStore, fields: dict):
-    """A glossary from a POST /v2/glossaries body, stored; or a RequestError."""
+def _new_glossary(models, store: GlossaryStore, key: str | None, fields: dict):
+    """A glossary from a POST /v2/glossaries body, stored under `key`; or a RequestError (a
+    blocking call: the store may be a file or a server)."""
     for name in ("name", "source_lang", "target_lang", "entries"):
         if not isinstance(fields.get(name), str) or not fields[name]:
             raise RequestError(400, name, f"Missing or invalid argument: {name}")
@@ -247,10 +259,10 @@ def _new_glossary(models, store: GlossaryStore, fields: dict):
     refusal = models.route(source, target).glossary_refusal
     if refusal:
         raise RequestError(400, "glossary", refusal)
-    entries = read_entries(fields["entries"], fields.get("entries_format") or "tsv")
-    made = store.add(fields["name"], source, target, entries)
+    entries = glossary_entries(fields["entries"], fields.get("entries_format") or "tsv")
+    made = store.add(key, name=fields["name"], source=source, target=target, entries=entries)
     if made is None:
-        raise RequestError(456, "glossary", f"Quota exceeded: at most {store.cap} glossaries")
+        raise RequestError(456, "glossary", f"Quota exceeded: at most {store.cap} glossaries a key")
     return made
 
 
@@ -264,24 +276,26 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
         try:
             body = await read_body(request, MAX_BODY, models.limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
-            authorize(keys, request, fields)
-            made = _new_glossary(models, store, fields)
+            key = owner(keys, authorize(keys, request, fields))
+            made = await asyncio.to_thread(_new_glossary, models, store, key, fields)
         except RequestError as e:
             return refusal(e)
         return JSONResponse(made.info(), 201)
 
     @app.get("/v2/glossaries")
     async def listed(request: Request):
-        """DeepL: every glossary."""
+        """DeepL: every glossary of the caller's key."""
         try:
-            authorize(keys, request)
+            key = owner(keys, authorize(keys, request))
+            mine = await asyncio.to_thread(store.listed, key)
         except RequestError as e:
             return refusal(e)
-        return {"glossaries": [g.info() for g in store.glossaries.values()]}
+        return {"glossaries": [g.info() for g in mine]}
 
-    def found(request, glossary_id: str):
-        authorize(keys, request)
-        glossary = store.get(glossary_id)
+    async def found(request, glossary_id: str):
+        # Another key's glossary is answered as a missing one: its id tells the caller nothing.
+        key = owner(keys, authorize(keys, request))
+        glossary = await asyncio.to_thread(store.get, key, glossary_id)
         if glossary is None:
             raise RequestError(404, "glossary_id", "Glossary not found.")
         return glossary
@@ -290,7 +304,7 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
     async def one(request: Request, glossary_id: str):
         """DeepL: one glossary's description."""
         try:
-            return found(request, glossary_id).info()
+            return (await found(request, glossary_id)).info()
         except RequestError as e:
             return refusal(e)
 
@@ -298,7 +312,7 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
     async def entries(request: Request, glossary_id: str):
         """DeepL: one glossary's entries, as TSV."""
         try:
-            tsv = found(request, glossary_id).tsv()
+            tsv = (await found(request, glossary_id)).tsv()
         except RequestError as e:
             return refusal(e)
         return Response(tsv, media_type="text/tab-separated-values; charset=utf-8")
@@ -307,8 +321,9 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
     async def delete(request: Request, glossary_id: str):
         """DeepL: the glossary removed; 204."""
         try:
-            found(request, glossary_id)
+            key = owner(keys, authorize(keys, request))
+            if not await asyncio.to_thread(store.remove, key, glossary_id):
+                raise RequestError(404, "glossary_id", "Glossary not found.")
         except RequestError as e:
             return refusal(e)
-        store.remove(glossary_id)
         return Response(status_code=204)

@@ -1,17 +1,19 @@
 """Glossaries clients upload (DeepL's /v2/glossaries, LibreTranslate's `glossary` field): their
-entries read from TSV or CSV, and an in-memory store with a cap."""
+entries read from TSV or CSV, checked as decoding will check them, and the glossary kept
+(stores: glossary_store.py)."""
 
 from __future__ import annotations
 
 import csv
 import io
-import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
+from seq2seq.decode.glossary import make_glossary
+from seq2seq.errors import UserError
 from seq2seq.serve.schema import RequestError
 
-MAX_GLOSSARIES = 100
+MAX_GLOSSARIES = 100  # a key's (or, without keys, the server's)
 MAX_ENTRIES = 1000  # as many as one native request's glossary may hold
 
 
@@ -19,6 +21,24 @@ def read_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]
     """`source<TAB>target` lines (tsv) or `source,target` rows (csv; DeepL's optional language
     columns are allowed), blank lines skipped. A bad row, a repeated source term or too many
     entries is a RequestError (400, field `entries`) naming the row."""
+    return [pair for _, pair in _numbered_entries(text, entries_format)]
+
+
+def glossary_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]]:
+    """The entries of a glossary to keep (DeepL's POST /v2/glossaries): as `read_entries`, and
+    refused (400 naming the row) where building the glossary for decoding would refuse them,
+    so that no glossary is kept that every later use refuses."""
+    numbered = _numbered_entries(text, entries_format)
+    pairs = [pair for _, pair in numbered]
+    try:
+        make_glossary(pairs, [f"entries row {number}" for number, _ in numbered])
+    except UserError as e:
+        raise RequestError(400, "entries", str(e)) from None
+    return pairs
+
+
+def _numbered_entries(text: str, entries_format: str) -> list[tuple[int, tuple[str, str]]]:
+    """Each entry with the number of its row."""
     if entries_format not in ("tsv", "csv"):
         raise RequestError(400, "entries_format", f"entries_format {entries_format!r}: tsv or csv")
     if entries_format == "tsv":
@@ -28,7 +48,7 @@ def read_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]
             rows = list(csv.reader(io.StringIO(text)))
         except csv.Error as e:
             raise RequestError(400, "entries", f"entries: malformed CSV ({e})") from None
-    pairs: dict[str, str] = {}
+    pairs: dict[str, tuple[int, str]] = {}
     for number, row in enumerate(rows, 1):
         if not any(cell.strip() for cell in row):
             continue
@@ -42,14 +62,14 @@ def read_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]
             )
         if cells[0] in pairs:
             raise RequestError(400, "entries", f"entries row {number}: source term given twice")
-        pairs[cells[0]] = cells[1]
+        pairs[cells[0]] = (number, cells[1])
     if not pairs:
         raise RequestError(400, "entries", "entries: no term pairs")
     if len(pairs) > MAX_ENTRIES:
         raise RequestError(
             400, "entries", f"entries: {len(pairs)} term pairs; at most {MAX_ENTRIES}"
         )
-    return list(pairs.items())
+    return [(number, (source, target)) for source, (number, target) in pairs.items()]
 
 
 @dataclass(frozen=True)
@@ -79,29 +99,3 @@ class StoredGlossary:
     def tsv(self) -> str:
         """The entries as DeepL returns them: one `source<TAB>target` line each."""
         return "".join(f"{a}\t{b}\n" for a, b in self.entries)
-
-
-class GlossaryStore:
-    """Uploaded glossaries, in this process's memory only, at most `cap` of them."""
-
-    def __init__(self, cap: int = MAX_GLOSSARIES):
-        self.cap = cap
-        self.glossaries: dict[str, StoredGlossary] = {}
-
-    def add(self, name: str, source: str, target: str, entries: list[tuple[str, str]]):
-        """A new glossary, or None when the store is full."""
-        if len(self.glossaries) >= self.cap:
-            return None
-        made = StoredGlossary(
-            str(uuid.uuid4()), name, source, target, entries, datetime.now(timezone.utc)
-        )
-        self.glossaries[made.glossary_id] = made
-        return made
-
-    def get(self, glossary_id: str) -> StoredGlossary | None:
-        """The glossary of that id, or None."""
-        return self.glossaries.get(glossary_id)
-
-    def remove(self, glossary_id: str) -> bool:
-        """Whether a glossary of that id was there (and is now gone)."""
-        return self.glossaries.pop(glossary_id, None) is not None
