@@ -416,13 +416,13 @@ def test_a_key_past_its_character_limit_is_refused_456_by_deepl_and_429_by_libre
     assert str(client.get_usage().character) == "0 of 20"
     client.translate_text("I have two cats.", target_lang="FR")  # 16 characters
     lt = {"q": "It is five.", "source": "en", "target": "fr", "api_key": METERED}
-    assert keyed.client.post("/translate", json=lt).status_code == 200  # 27: counted after
-    assert client.get_usage().character.count == 27  # its own, not the other keys'
+    refused = keyed.client.post("/translate", json=lt)  # 16 + 11 > 20: refused before decoding
+    assert refused.status_code == 429 and "character limit" in refused.json()["error"]
+    assert keyed.client.post("/translate", json={**lt, "q": "Four"}).status_code == 200  # 20
+    assert client.get_usage().character.count == 20  # its own, not the other keys'
     assert client.get_usage().character.limit_reached
     with pytest.raises(deepl.QuotaExceededException):
         client.translate_text("x", target_lang="FR")
-    refused = keyed.client.post("/translate", json=lt)
-    assert refused.status_code == 429 and "character limit" in refused.json()["error"]
     assert deepl.Translator(KEY, server_url=keyed.url).get_usage().character.limit == (
         NO_CHARACTER_LIMIT
     )

@@ -42,7 +42,7 @@ from seq2seq.serve.batcher import (
 from seq2seq.serve.deepl import add_routes as add_deepl_routes
 from seq2seq.serve.forms import ClientGone, Declined, read_body
 from seq2seq.serve.glossary_store import open_glossaries
-from seq2seq.serve.keys import KeyCheck, read_keys
+from seq2seq.serve.keys import KeyCheck, presented_key, read_keys, refunding
 from seq2seq.serve.langs import served_pairs
 from seq2seq.serve.libretranslate import add_routes as add_libretranslate_routes
 from seq2seq.serve.libretranslate import asks as libretranslate_asks
@@ -60,6 +60,7 @@ from seq2seq.serve.schema import (
     request_glossary,
     translate_answer,
 )
+from seq2seq.serve.usage import open_usage
 
 log = logging.getLogger(__name__)
 
@@ -156,6 +157,13 @@ def longest_piece(translator: Translator) -> int:
     return max((len(p.lstrip("▁")) for p in pieces), default=1) or 1
 
 
+def without_paths(info: dict) -> dict:
+    """/info without where the run lives: no `run_dir`, the checkpoint's file name only."""
+    public = {k: v for k, v in info.items() if k != "run_dir"}
+    public["checkpoint"] = Path(info["checkpoint"]).name
+    return public
+
+
 def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: ServeConfig) -> dict:
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
     run_cfg = load_run_config(run_dir)
@@ -215,6 +223,12 @@ def create_app(
         refusal = glossary_refusal(model)
         if refusal is not None and model.glossary is not None:
             raise UserError(f"--glossary: {refusal}")
+    keys = KeyCheck(
+        read_keys(cfg.api_keys) if cfg.api_keys else None,
+        open_usage(cfg.state_dir, cfg.redis_url),
+    )
+    if keys.required:  # a public server: where its runs live on disk is nobody's business
+        info, extra = without_paths(info), [(t, without_paths(i)) for t, i in extra]
     state = state or ServerState()
     metrics = ServerMetrics()
     first = Engine(translator, info, cfg.request, state, metrics)
@@ -231,13 +245,12 @@ def create_app(
     _add_error_handler(app)
     _add_status_routes(app, models.described(), state, metrics)
     _add_model_routes(app, models)
-    keys = KeyCheck(read_keys(cfg.api_keys) if cfg.api_keys else None)
     app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
     libre = add_libretranslate_routes(app, models, keys)
     add_deepl_routes(app, models, keys, open_glossaries(cfg.state_dir, cfg.redis_url))
     add_page_route(app)
-    _add_translate_route(app, models, cfg.request, libre)
+    _add_translate_route(app, models, cfg.request, keys, libre)
     return app
 
 
@@ -271,9 +284,12 @@ def _add_error_handler(app) -> None:
     from fastapi.responses import JSONResponse
     from starlette.exceptions import HTTPException
 
-    # Every error answer has the same shape, FastAPI's own (404, 405) included.
+    # Every error answer has its API's shape, FastAPI's own (404, 405) included: DeepL's
+    # `{"message"}` under /v2/, the native `{"error", "field"}` elsewhere.
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException):
+        if request.url.path.startswith("/v2/"):
+            return JSONResponse({"message": str(exc.detail)}, exc.status_code, headers=exc.headers)
         return JSONResponse(
             {"error": str(exc.detail), "field": None}, exc.status_code, headers=exc.headers
         )
@@ -351,7 +367,36 @@ def request_checker(translator: Translator, limits: RequestLimits):
     return check
 
 
-def _add_translate_route(app, models: "Models", limits: RequestLimits, libre=None) -> None:
+def native_key(keys: KeyCheck, request, body: bytes) -> tuple[bytes, str | None]:
+    """A native body without its `api_key` (the native schema has no such field), and the
+    request's key, checked: missing 401, unknown 403, over its requests a minute 429."""
+    fields = None
+    if b'"api_key"' in body:  # told apart without parsing every body twice
+        try:
+            fields = json.loads(body)
+        except (ValueError, RecursionError):
+            pass  # the native checks say what is wrong with it
+        if isinstance(fields, dict) and "api_key" in fields:
+            key_field = fields.pop("api_key")
+            body = json.dumps(fields).encode()
+            fields = {"api_key": key_field}
+        else:
+            fields = None
+    key = presented_key(request.headers, fields)
+    why = keys.check(key)
+    if why == "missing":
+        message = "an API key is needed: `Authorization: Bearer KEY`, `X-API-Key` or `api_key`"
+        raise Declined(401, "api_key", message, headers={"WWW-Authenticate": "Bearer"})
+    if why == "invalid":
+        raise RequestError(403, "api_key", "invalid API key")
+    if why is not None:
+        raise Declined(429, "api_key", f"too many requests for this key ({why})")
+    return body, key
+
+
+def _add_translate_route(
+    app, models: "Models", limits: RequestLimits, keys: KeyCheck, libre=None
+) -> None:
     from fastapi import Request
     from fastapi.responses import JSONResponse, Response
     from starlette.requests import ClientDisconnect
@@ -365,17 +410,23 @@ def _add_translate_route(app, models: "Models", limits: RequestLimits, libre=Non
             "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}
         },
     )
+    @refunding(keys)
     async def translate(request: Request):
         """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores.
-        A LibreTranslate body (`q`, or a form) gets LibreTranslate's answer."""
+        A LibreTranslate body (`q`, or a form) gets LibreTranslate's answer. With keys, the
+        key in `Authorization: Bearer`, `X-API-Key` or the body's `api_key`."""
         start = time.perf_counter()
         try:
             body = await read_body(request, limits.max_bytes, limits.body_timeout_s)
             if libre is not None and libretranslate_asks(request.headers, body):
                 return await libre(request, body)
+            body, key = await asyncio.to_thread(native_key, keys, request, body)
             engine, req, sources = await asyncio.to_thread(prepare, body)
+            over = keys.reserve(key, sum(map(len, req.lines)), request)  # given back unless 200
+            if over is not None:
+                raise RequestError(429, "api_key", over)
         except RequestError as e:
-            return JSONResponse(e.as_json(), e.status)
+            return JSONResponse(e.as_json(), e.status, headers=getattr(e, "headers", None))
         except ClientDisconnect:
             return Response(status_code=400)  # nobody is left to read it
         state, metrics = engine.state, engine.metrics
@@ -542,7 +593,7 @@ class Models:
         return [
             {
                 "name": name,
-                "run_dir": e.info["run_dir"],
+                **({"run_dir": e.info["run_dir"]} if "run_dir" in e.info else {}),
                 "pairs": [list(pair) for pair in e.pairs],
                 "parameters": e.info["parameters"],
                 "memory_mb": round(model_bytes(e.translator) / 2**20, 1),

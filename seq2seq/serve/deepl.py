@@ -10,7 +10,7 @@ import asyncio
 from seq2seq.serve.forms import ClientGone, body_fields, read_body
 from seq2seq.serve.glossaries import glossary_entries
 from seq2seq.serve.glossary_store import GlossaryStore, MemoryGlossaries
-from seq2seq.serve.keys import KeyCheck
+from seq2seq.serve.keys import KeyCheck, presented_key, refunding
 from seq2seq.serve.langs import detect, language_name
 from seq2seq.serve.schema import RequestError
 
@@ -41,11 +41,9 @@ def refusal(e: RequestError):
 
 def authorize(keys: KeyCheck, request, fields: dict | None = None) -> str | None:
     """The request's key, checked: `Authorization: DeepL-Auth-Key KEY` (or the old `auth_key`
-    field); a missing or unknown key is a 403, a key over its requests a minute a 429."""
-    header = request.headers.get("authorization", "")
-    key = header[len("DeepL-Auth-Key ") :].strip() if header.startswith("DeepL-Auth-Key ") else None
-    if key is None and fields and isinstance(fields.get("auth_key"), str):
-        key = fields["auth_key"]
+    field; see keys.presented_key); a missing or unknown key is a 403, a key over its requests
+    a minute a 429."""
+    key = presented_key(request.headers, fields)
     why = keys.check(key)
     if why in ("missing", "invalid"):
         raise RequestError(403, "auth_key", "Authorization failure, check auth_key")
@@ -184,18 +182,18 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
     limits = models.limits
 
     @app.post("/v2/translate")
+    @refunding(keys)
     async def translate(request: Request):
         """DeepL: `{"translations": [{detected_source_language, text}]}`."""
         try:
             body = await read_body(request, min(MAX_BODY, limits.max_bytes), limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
             key = authorize(keys, request, fields)
-            if keys.out_of_characters(key):
-                raise RequestError(
-                    456, "auth_key", "Quota exceeded. The character limit has been reached."
-                )
             source, target = _languages(models, fields)
             texts = _texts(fields)
+            over = keys.reserve(key, sum(map(len, texts)), request)  # given back unless a 200
+            if over is not None:
+                raise RequestError(456, "auth_key", f"Quota exceeded. {over}")
             glossary = await _glossary(store, owner(keys, key), fields, source, target)
             if source is None:
                 candidates = sorted({s for s, t in models.pairs if t == target})
@@ -208,7 +206,6 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
             return Response(status_code=400)  # nobody is left to read it
         except RequestError as e:
             return refusal(e)
-        keys.charge(key, sum(map(len, texts)))
         code = deepl_code(source)
         return {
             "translations": [

@@ -12,7 +12,7 @@ import json
 
 from seq2seq.serve.forms import ClientGone, body_fields, is_form, read_body
 from seq2seq.serve.glossaries import read_entries
-from seq2seq.serve.keys import KeyCheck
+from seq2seq.serve.keys import KeyCheck, presented_key, refunding
 from seq2seq.serve.langs import detect, language_list, language_name
 from seq2seq.serve.schema import RequestError
 
@@ -21,7 +21,8 @@ NEED_KEY = "Please contact the server operator to get an API key"
 
 
 # Keys of LibreTranslate's body that the native schema forbids: a body with one is not native.
-OWN_KEYS = ("q", "source", "target", "alternatives", "api_key")
+# (`api_key` alone is not one: the native route takes a key in the body too.)
+OWN_KEYS = ("q", "source", "target", "alternatives")
 
 
 def asks(headers, body: bytes) -> bool:
@@ -60,11 +61,10 @@ def refusal(e: RequestError):
     return _error(400, f"Invalid request: {e.message}")
 
 
-def authorize(keys: KeyCheck, fields: dict) -> str | None:
-    """The request's key, checked: a missing or unknown key is a 403; a key over its requests
-    a minute is a 429."""
-    key = fields.get("api_key")
-    key = key if isinstance(key, str) else None
+def authorize(keys: KeyCheck, request, fields: dict) -> str | None:
+    """The request's key (`api_key`, or a header: see keys.presented_key), checked: a missing
+    or unknown key is a 403; a key over its requests a minute is a 429."""
+    key = presented_key(request.headers, fields)
     why = keys.check(key)
     if why == "missing":
         raise RequestError(403, "api_key", NEED_KEY)
@@ -222,7 +222,7 @@ def _add_detect_route(app, models, keys: KeyCheck) -> None:
         try:
             body = await read_body(request, limits.max_bytes, limits.body_timeout_s)
             fields = body_fields(body, request.headers.get("content-type", ""))
-            authorize(keys, fields)
+            authorize(keys, request, fields)
             texts, _ = _texts(fields)
             code, confidence = await asyncio.to_thread(detected, texts, sources)
         except RequestError as e:
@@ -231,16 +231,19 @@ def _add_detect_route(app, models, keys: KeyCheck) -> None:
 
 
 def translate_handler(models, keys: KeyCheck):
-    """LibreTranslate's POST /translate, given the body the native route has read."""
+    """LibreTranslate's POST /translate, given the body the native route has read: its
+    characters reserved for its key before decoding, given back when it is not translated."""
     from fastapi.responses import JSONResponse, Response  # the optional `serve` extra
 
+    @refunding(keys)
     async def translate(request, body: bytes):
         try:
             fields = body_fields(body, request.headers.get("content-type", ""))
-            key = authorize(keys, fields)
-            if keys.out_of_characters(key):
-                raise RequestError(429, "api_key", "Slowdown: the key's character limit is used up")
+            key = authorize(keys, request, fields)
             texts, single = _texts(fields)
+            over = keys.reserve(key, sum(map(len, texts)), request)
+            if over is not None:
+                raise RequestError(429, "api_key", f"Slowdown: {over}")
             source, target = _required(fields, "source"), _required(fields, "target")
             language_pair(models, source, target)
             language = None
@@ -255,7 +258,6 @@ def translate_handler(models, keys: KeyCheck):
             return Response(status_code=400)  # nobody is left to read it
         except RequestError as e:
             return refusal(e)
-        keys.charge(key, sum(map(len, texts)))
         return JSONResponse(answer(req, results, single, language))
 
     return translate

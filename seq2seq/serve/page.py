@@ -1,5 +1,6 @@
 """The page at `/`: a text box, language pickers filled from /languages, a translate button, an
-optional glossary, and each sentence's translation with its confidence. Plain HTML and a little
+optional glossary, a key field when the server needs one (sent as `Authorization: Bearer`),
+and each sentence's translation with its confidence. Plain HTML and a little
 JavaScript, served as one string: no build step, no files to ship."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
@@ -27,6 +28,7 @@ td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; 
   <label>From <select id="source"></select></label>
   <label>To <select id="target"></select></label>
   <button id="translate" type="button">Translate</button>
+  <label id="key-row" hidden>API key <input id="key" type="password" autocomplete="off"></label>
 </div>
 <textarea id="text" rows="6" placeholder="Text to translate"></textarea>
 <details>
@@ -83,8 +85,11 @@ async function translate() {
   }
   $("translate").disabled = true;
   try {
+    const headers = { "Content-Type": "application/json" };
+    const key = $("key").value.trim();
+    if (key) headers.Authorization = "Bearer " + key;  // a server with --api-keys needs one
     const answer = await fetch("translate", {
-      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      method: "POST", headers: headers, body: JSON.stringify(body),
     });
     const data = await answer.json();
     if (!answer.ok) { $("error").textContent = data.error; return; }
@@ -111,6 +116,8 @@ async function translate() {
 async function start() {
   languages = await (await fetch("languages")).json();
   const info = await (await fetch("info")).json();
+  const settings = await (await fetch("frontend/settings")).json();
+  $("key-row").hidden = !settings.keyRequired;
   beam = { size: info.decode.beam_size, most: info.limits.max_beam_size };
   for (const l of languages.filter((l) => l.targets.length)) {
     option($("source"), l.code, l.name);

@@ -78,11 +78,19 @@ def _check_limits(cfg: ServeConfig) -> None:
 def _announce(cfg: ServeConfig, info: dict, path: Path, sock: socket.socket) -> None:
     """Where the server listens, and a warning when other machines can reach it."""
     host, port = sock.getsockname()[:2]
-    if cfg.host not in LOOPBACK:
+    if cfg.host not in LOOPBACK and cfg.api_keys is None:
         log.warning(
             "listening on %s: other machines can reach this server, which has no "
-            "authentication; put it behind a proxy you trust",
+            "authentication (no --api-keys): anyone who reaches it may translate",
             cfg.host,
+        )
+    elif cfg.host not in LOOPBACK:
+        log.warning(
+            "listening on %s: other machines can reach this server; every translating route "
+            "needs a key of %s, while /, /health, /ready, /metrics, /info, /models, /languages "
+            "and /docs are open (and show no paths)",
+            cfg.host,
+            cfg.api_keys,
         )
     log.info(
         "serving %s (%s→%s, %s) on http://%s:%d (API docs at /docs)",
