@@ -311,5 +311,5 @@ def open_glossaries(state_dir: Path | None, redis_url: str | None) -> GlossarySt
     try:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"--state-dir {state_dir}: cannot make it a folder ({e})") from None
+        raise UserError(f"--state-dir {state_dir}: cannot create it ({e.strerror})") from None
     return SqliteGlossaries(Path(state_dir) / STORE_FILE)
