@@ -7,12 +7,15 @@ import json
 from pathlib import Path
 
 import pytest
+from safetensors.torch import load_file, save_file
 
 from seq2seq.config import load_config
+from seq2seq.data.layouts import tokenizer_files
 from seq2seq.distill.chunks import Chunk, Part, parse_shard, plan
 from seq2seq.distill.join import _filter
 from seq2seq.distill.select import closest_to_reference
 from seq2seq.errors import UserError
+from seq2seq.run.checkpoint import best_or_latest
 from tests.factories import untrained_run
 from tests.hf_models import LAYOUTS, bpe_model, save_m2m100, save_marian
 from tests.runs import cli, write_parallel, write_tiny_config
@@ -215,3 +218,95 @@ def test_teachers_we_did_not_train_distil_the_students_data(
     _distill(tmp_path / "teacher-run", config, *codes)
     report = json.loads((load_config(config).run_dir / "distill" / "report.json").read_text())
     assert report["pairs_in"] == 23 and report["teacher"].endswith("teacher-run")
+
+
+def _chunk_stamps(directory: Path) -> dict[Path, int]:
+    return {c: c.stat().st_mtime_ns for c in sorted((directory / "chunks").glob("*.jsonl"))}
+
+
+def test_a_corpus_changed_in_place_is_refused_naming_it(teacher_and_student):
+    teacher, config = teacher_and_student
+    _distill(teacher, config)
+    directory = load_config(config).run_dir / "distill"
+    whole, stamps = _outputs(directory), _chunk_stamps(directory)
+    (directory / "chunks" / "train-000002.jsonl").unlink()  # killed while making chunk 3
+    src = load_config(config).data.train.src
+    lines = src.read_text(encoding="utf-8").splitlines()
+    lines[12] = "a different sentence of the same corpus"  # as many lines as before
+    src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    result = _distill(teacher, config, code=1)
+    assert f"the training corpus's source side {src} changed since" in result.output
+    assert "Traceback" not in result.output
+    del stamps[directory / "chunks" / "train-000002.jsonl"]
+    assert _chunk_stamps(directory) == stamps and _outputs(directory) == whole
+
+
+def test_a_monolingual_file_changed_in_place_is_refused_naming_it(teacher_and_student, tmp_path):
+    teacher, config = teacher_and_student
+    mono = tmp_path / "mono.en"
+    mono.write_text("one cat\ntwo dogs\n", encoding="utf-8")
+    _distill(teacher, config, "--mono", str(mono))
+    mono.write_text("one cat\ntwo birds\n", encoding="utf-8")
+    result = _distill(teacher, config, "--mono", str(mono), code=1)
+    assert f"the monolingual file {mono} changed since" in result.output
+
+
+@pytest.mark.parametrize("what", ["weights", "tokenizer"])
+def test_a_teacher_changed_at_the_same_path_is_refused_naming_what_changed(
+    teacher_and_student, what
+):
+    teacher, config = teacher_and_student
+    _distill(teacher, config)
+    directory = load_config(config).run_dir / "distill"
+    stamps = _chunk_stamps(directory)
+    if what == "weights":  # retrained: other weights in the same checkpoint file
+        path = best_or_latest(teacher)
+        tensors = load_file(path)
+        tensors = {k: v + 0.01 if v.is_floating_point() else v for k, v in tensors.items()}
+        save_file(tensors, path)
+    else:
+        path = tokenizer_files(teacher, load_config(teacher / "config.yaml").tokenizer)[0]
+        path.write_bytes(path.read_bytes() + b"\0")
+    result = _distill(teacher, config, code=1)
+    assert f"the teacher's {what} {path} changed since" in result.output
+    assert _chunk_stamps(directory) == stamps
+
+
+def test_a_distillation_without_content_digests_is_refused_with_a_way_out(teacher_and_student):
+    teacher, config = teacher_and_student
+    _distill(teacher, config)
+    directory = load_config(config).run_dir / "distill"
+    manifest = json.loads((directory / "manifest.json").read_text())
+    del manifest["inputs"]  # as an older seq2seq wrote it
+    (directory / "manifest.json").write_text(json.dumps(manifest))
+    stamps = _chunk_stamps(directory)
+    result = _distill(teacher, config, code=1)
+    assert "no content digests" in result.output and "fresh" in result.output
+    assert _chunk_stamps(directory) == stamps
+
+
+def test_pairs_too_long_for_the_backward_run_are_left_unscored_and_counted(
+    teacher_and_student, tmp_path, demo_pairs
+):
+    teacher, config = teacher_and_student
+    src = load_config(config).data.train.src
+    lines = src.read_text(encoding="utf-8").splitlines()
+    lines[16] = " ".join(["three hundred and seventy-one cats"] * 40)  # chunk 4, its line 2
+    src.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    (tmp_path / "backward").mkdir()
+    fr_en = [(b, a) for a, b in demo_pairs[:200]]
+    backward = untrained_run(
+        tmp_path / "backward", fr_en, data={"src_lang": "fr", "tgt_lang": "en"}
+    )
+    result = _distill(teacher, config, "--backward", str(backward), "--filter-percent", "20")
+    assert "too long for the backward run 1" in result.output
+    directory = load_config(config).run_dir / "distill"
+    report = json.loads((directory / "report.json").read_text())
+    assert report["dropped_unscored"] == 1
+    assert report["unscored_examples"][0]["part"] == "train"
+    assert report["unscored_examples"][0]["line"] == 17
+    scored = 23 - report["dropped_empty"] - 1
+    assert report["dropped_by_filter"] == scored * 20 // 100
+    provenance = (directory / "provenance.tsv").read_text().splitlines()
+    assert "17" not in [row.split("\t")[1] for row in provenance]
+    assert all(row.split("\t")[5] != "" for row in provenance)

@@ -19,7 +19,7 @@ import torch
 
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.multilingual import encode_sources, encode_targets
-from seq2seq.decode.score import score_pairs, target_log_probs
+from seq2seq.decode.score import score_files, score_pairs, target_log_probs
 from seq2seq.decode.step import next_token_scores, start
 from seq2seq.decode.translator import Translator, flatten, load_translator
 from seq2seq.errors import UserError
@@ -261,3 +261,15 @@ def test_a_missing_file_or_run_is_one_error(small_run, tmp_path):
     src.write_text("one\n", encoding="utf-8")
     assert f"file not found: {tmp_path / 'nope.fr'}" in _bad(small_run, src, tmp_path / "nope.fr")
     assert "run directory not found" in _bad(tmp_path / "no-run", src, src)
+
+
+def test_a_long_pair_past_the_first_chunk_is_named_by_its_line_in_the_files(small_run, tmp_path):
+    translator, _ = load_translator(small_run, device="cpu")
+    long = " ".join(["three hundred and seventy-one cats"] * 40)
+    src, tgt = tmp_path / "a.en", tmp_path / "a.fr"
+    src.write_text("one\ntwo\nthree\nfour\nfive\nsix\n", encoding="utf-8")
+    tgt.write_text(f"un\ndeux\ntrois\nquatre\n{long}\nsix\n", encoding="utf-8")
+    out = tmp_path / "scores.txt"
+    with pytest.raises(UserError, match=r"^line 5: the target has \d+ tokens"):
+        score_files(translator, src, tgt, out, chunk_pairs=2)
+    assert not out.exists()

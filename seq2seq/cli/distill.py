@@ -137,9 +137,12 @@ def _print_report(report: dict, files: tuple[Path, Path]) -> None:
     chrf = ""
     if report.get("chrf_kept") is not None:
         chrf = f"; chrF kept {report['chrf_kept']:.2f} vs 1-best {report['chrf_1best']:.2f}"
+    unscored = report.get("dropped_unscored")
+    too_long = f", too long for the backward run {unscored}" if unscored else ""
     print(
         f"distilled {report['pairs_out']:,} of {report['pairs_in']:,} pairs into {files[0].parent} "
-        f"(empty {report['dropped_empty']}, filtered {report['dropped_by_filter']}){chrf}"
+        f"(empty {report['dropped_empty']}, filtered {report['dropped_by_filter']}{too_long})"
+        f"{chrf}"
     )
 
 

@@ -10,7 +10,8 @@ translator's lexical shortlist is not used: a score is the model's own, over its
 
 Pairs are encoded as translation encodes a line: stripped, never split into sentences. A pair
 longer than the model's positions is refused (one UserError naming its line) rather than cut as
-translation cuts a source: the probability of a cut source is not the pair's.
+translation cuts a source: the probability of a cut source is not the pair's. A filter that
+scores what fits and counts the rest (distillation's backward run) uses `score_fitting`.
 
 It is the building block of cross-entropy data filtering (fairseq-score, marian-scorer): score
 a corpus in both directions, or under a clean and a noisy model, and keep the pairs whose
@@ -43,14 +44,34 @@ LOGITS_BUDGET = 1 << 24
 
 
 def score_pairs(
-    translator: Translator, sources: list[str], targets: list[str]
+    translator: Translator, sources: list[str], targets: list[str], *, first_line: int = 0
 ) -> list[tuple[float, int]]:
     """Per pair: (natural-log probability of the target given the source, target tokens scored,
-    EOS included and a forced language token not), in input order."""
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
-    src_ids, tgt_ids, forced = encode_pairs(translator, sources, targets)
-    out = [(0.0, 0)] * len(sources)
+    EOS included and a forced language token not), in input order; a pair too long is one
+    UserError naming its line (the first pair is line `first_line` + 1)."""
+    src_ids, tgt_ids, forced = encode_pairs(translator, sources, targets, first_line=first_line)
+    return _score_ids(translator, src_ids, tgt_ids, forced)
+
+
+def score_fitting(
+    translator: Translator, sources: list[str], targets: list[str]
+) -> list[tuple[float, int] | None]:
+    """As `score_pairs`, but a pair longer than the model's positions is left out: None."""
+    src_ids, tgt_ids, forced = _encode(translator, sources, targets)
+    most = translator.model.cfg.max_positions
+    over = set(_too_long(src_ids, most, 0)) | set(_too_long(tgt_ids, most, 1))
+    fits = [j for j in range(len(src_ids)) if j not in over]
+    scores = _score_ids(translator, [src_ids[j] for j in fits], [tgt_ids[j] for j in fits], forced)
+    out: list[tuple[float, int] | None] = [None] * len(src_ids)
+    for j, scored in zip(fits, scores):
+        out[j] = scored
+    return out
+
+
+def _score_ids(
+    translator: Translator, src_ids: list[list[int]], tgt_ids: list[list[int]], forced: bool
+) -> list[tuple[float, int]]:
+    out = [(0.0, 0)] * len(src_ids)
     with torch.inference_mode():
         for chunk, src in translator.batched(src_ids):
             rows = [tgt_ids[j] for j in chunk]
@@ -61,32 +82,46 @@ def score_pairs(
 
 
 def encode_pairs(
-    translator: Translator, sources: list[str], targets: list[str]
+    translator: Translator, sources: list[str], targets: list[str], *, first_line: int = 0
 ) -> tuple[list[list[int]], list[list[int]], bool]:
     """Source ids (with EOS), target ids (without; led by the forced language token, if any) and
     whether a token is forced first, between the translator's languages; a pair longer than the
-    model's positions is one UserError."""
+    model's positions is one UserError naming its line (the first pair's is `first_line` + 1)."""
+    src_ids, tgt_ids, forced = _encode(translator, sources, targets)
+    most = translator.model.cfg.max_positions
+    _check_length(src_ids, most, "source", 0, first_line)
+    # The decoder's start token takes a position.
+    _check_length(tgt_ids, most, "target", 1, first_line)
+    return src_ids, tgt_ids, forced
+
+
+def _encode(
+    translator: Translator, sources: list[str], targets: list[str]
+) -> tuple[list[list[int]], list[list[int]], bool]:
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
     src_lang, tgt_lang = translator.languages(None, None)
     tokenizer = translator.tokenizer
     src_ids = encode_sources(tokenizer, [s.strip() for s in sources], src_lang, tgt_lang)
     tgt_ids = encode_targets(tokenizer, [t.strip() for t in targets], tgt_lang)
     # The tokenizer leads each target with the forced token when (and only when) one is forced.
     forced = forced_first_token(tokenizer, tgt_lang) is not None
-    most = translator.model.cfg.max_positions
-    _check_length(src_ids, most, "source", 0)
-    _check_length(tgt_ids, most, "target", 1)  # the decoder's start token takes a position
     return src_ids, tgt_ids, forced
 
 
-def _check_length(ids: list[list[int]], most: int, side: str, extra: int) -> None:
-    over = [i for i, seq in enumerate(ids) if len(seq) + extra > most]
+def _too_long(ids: list[list[int]], most: int, extra: int) -> list[int]:
+    return [i for i, seq in enumerate(ids) if len(seq) + extra > most]
+
+
+def _check_length(ids: list[list[int]], most: int, side: str, extra: int, first: int) -> None:
+    over = _too_long(ids, most, extra)
     if not over:
         return
     i = over[0]
     more = f" (and {len(over) - 1} more)" if len(over) > 1 else ""
     raise UserError(
-        f"line {i + 1}{more}: the {side} has {len(ids[i]) + extra} tokens, more than the model's "
-        f"{most} positions; leave such pairs out to score the rest"
+        f"line {first + i + 1}{more}: the {side} has {len(ids[i]) + extra} tokens, more than "
+        f"the model's {most} positions; leave such pairs out to score the rest"
     )
 
 
@@ -132,9 +167,17 @@ def score_line(total: float, count: int) -> str:
     return f"{total:.4f}\t{total / count:.4f}"
 
 
-def score_files(translator: Translator, src: Path, tgt: Path, output: Path | None) -> int:
+def score_files(
+    translator: Translator,
+    src: Path,
+    tgt: Path,
+    output: Path | None,
+    *,
+    chunk_pairs: int = CHUNK_PAIRS,
+) -> int:
     """Score line-aligned source and target files into `output` (a file, replaced only on
-    success; None: stdout), one `score_line` per pair; returns the pairs scored."""
+    success; None: stdout), one `score_line` per pair, `chunk_pairs` pairs read at a time;
+    returns the pairs scored."""
     counts = [_count_lines(src), _count_lines(tgt)]
     if counts[0] != counts[1]:
         raise UserError(
@@ -142,21 +185,24 @@ def score_files(translator: Translator, src: Path, tgt: Path, output: Path | Non
             f"{tgt} has {counts[1]}"
         )
     if output is None:
-        _score_into(translator, src, tgt, sys.stdout)
+        _score_into(translator, (src, tgt), sys.stdout, chunk_pairs)
     else:
 
         def write(tmp: str) -> None:
             with open(tmp, "w", encoding="utf-8") as out:
-                _score_into(translator, src, tgt, out)
+                _score_into(translator, (src, tgt), out, chunk_pairs)
 
         atomic_write(output, write)
     return counts[0]
 
 
-def _score_into(translator: Translator, src: Path, tgt: Path, out: TextIO) -> None:
-    for sources, targets in _read_pairs(src, tgt, CHUNK_PAIRS):
-        out.writelines(score_line(*s) + "\n" for s in score_pairs(translator, sources, targets))
+def _score_into(translator: Translator, files: tuple[Path, Path], out: TextIO, size: int) -> None:
+    done = 0  # pairs before this chunk: a too-long pair is named by its line in the files
+    for sources, targets in _read_pairs(*files, size):
+        scores = score_pairs(translator, sources, targets, first_line=done)
+        out.writelines(score_line(*s) + "\n" for s in scores)
         out.flush()
+        done += len(sources)
 
 
 def _read_pairs(src: Path, tgt: Path, size: int) -> Iterator[tuple[list[str], list[str]]]:

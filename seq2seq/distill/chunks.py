@@ -94,19 +94,44 @@ def missing(directory: Path, chunks: list[Chunk]) -> list[Chunk]:
 
 
 def check_manifest(directory: Path, manifest: dict) -> None:
-    """Save the distillation's settings, or check them against those the chunks on disk were
-    made with: chunks of another teacher, corpus or chunking must not be mixed."""
+    """Save the distillation's settings and the digests of its inputs, or check them against
+    those the chunks on disk were made with: chunks of another teacher, corpus or chunking,
+    or of an input changed in place since, must not be mixed."""
     path = directory / "manifest.json"
-    if path.is_file():
-        saved = json.loads(path.read_text(encoding="utf-8"))
-        changed = sorted(
-            k for k in manifest.keys() | saved.keys() if manifest.get(k) != saved.get(k)
-        )
-        if changed:
-            raise UserError(
-                f"{directory} holds a distillation made with other settings ({', '.join(changed)} "
-                "differ); use the same ones to continue it, or another student run_dir"
-            )
+    if not path.is_file():
+        directory.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         return
-    directory.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+    saved = json.loads(path.read_text(encoding="utf-8"))
+    changed = sorted(
+        k
+        for k in manifest.keys() | saved.keys()
+        if k != "inputs" and manifest.get(k) != saved.get(k)
+    )
+    if changed:
+        raise UserError(
+            f"{directory} holds a distillation made with other settings ({', '.join(changed)} "
+            "differ); use the same ones to continue it, or another student run_dir"
+        )
+    _check_inputs(directory, saved.get("inputs"), manifest.get("inputs", {}))
+
+
+def _check_inputs(directory: Path, saved: dict | None, inputs: dict) -> None:
+    """One error naming the first input whose content differs from the one the chunks were
+    made from; a manifest without digests (an older seq2seq's) cannot vouch for its chunks."""
+    made = len(list((directory / "chunks").glob("*.jsonl")))
+    fresh = "distil into a fresh student run_dir (--set run_dir=…) to start afresh"
+    if saved is None:
+        raise UserError(
+            f"{directory} was written by an older seq2seq: its manifest has no content digests "
+            f"to check its {made} chunk(s) against the inputs; {fresh}"
+        )
+    for key, now in inputs.items():
+        before = saved.get(key)
+        if before is None or before["blake2b"] != now["blake2b"]:
+            label = before["input"] if before else now["input"]
+            moved = f" (now {now['input']})" if before and before["input"] != now["input"] else ""
+            raise UserError(
+                f"{label} changed{moved} since the {made} chunk(s) in {directory} were written: "
+                f"their translations are not of it; put it back to continue, or {fresh}"
+            )

@@ -31,13 +31,17 @@ def join(
     rows = list(_with_parts(parts, records))
     empty = [row for row in rows if _is_empty(*row)]
     scored = [row for row in rows if not _is_empty(*row)]
+    # A pair the backward run could not score (too long for it) is one the filter cannot vouch
+    # for: it goes, as in `clean`'s dual cross-entropy filter, and is counted apart.
+    unscored = [row for row in scored if filter_percent > 0 and "bw" not in row[1]]
+    scored = [row for row in scored if filter_percent <= 0 or "bw" in row[1]]
     kept, dropped = _filter(scored, filter_percent)
     src_lang, tgt_lang = languages
     files = (directory / f"train.{src_lang}", directory / f"train.{tgt_lang}")
     atomic_write_text(files[0], "".join(p.sources[r["i"]] + "\n" for p, r in kept))
     atomic_write_text(files[1], "".join(r["hyp"] + "\n" for _, r in kept))
     atomic_write_text(directory / "provenance.tsv", "".join(_provenance(p, r) for p, r in kept))
-    report = _report(rows, kept, dropped, empty, filter_percent, meta, directory)
+    report = _report(rows, kept, (dropped, unscored), empty, filter_percent, meta, directory)
     atomic_write_text(
         directory / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n"
     )
@@ -91,8 +95,10 @@ def _example(part: Part, r: dict) -> dict:
     }
 
 
-def _report(rows, kept, dropped, empty, percent, meta, directory: Path) -> dict:
-    """Pairs in and out, the chrF the n-best choice gained, what the filter dropped."""
+def _report(rows, kept, gone, empty, percent, meta, directory: Path) -> dict:
+    """Pairs in and out, the chrF the n-best choice gained, what the filter dropped (`gone`:
+    the pairs it scored worst, those too long for the backward run to score)."""
+    dropped, unscored = gone
     parallel = [r for p, r in kept if p.references is not None]
     timings = _timings(directory)
     return {
@@ -101,12 +107,14 @@ def _report(rows, kept, dropped, empty, percent, meta, directory: Path) -> dict:
         "pairs_out": len(kept),
         "dropped_empty": len(empty),
         "dropped_by_filter": len(dropped),
+        "dropped_unscored": len(unscored),
         "filter_percent": percent,
         "per_part": dict(Counter(p.name for p, _ in kept)),
         "chrf_kept": round(fmean(r["chrf"] for r in parallel), 2) if parallel else None,
         "chrf_1best": round(fmean(r["chrf1"] for r in parallel), 2) if parallel else None,
         "nbest_rank_kept": dict(sorted(Counter(r["rank"] for _, r in kept).items())),
         "filter_examples": [_example(p, r) for p, r in dropped[:EXAMPLES]],
+        "unscored_examples": [_example(p, r) for p, r in unscored[:EXAMPLES]],
         "filter_threshold": dropped[-1][1]["bw"] if dropped else None,
         "teacher_lines_per_second": timings,
         "provenance_columns": list(PROVENANCE_COLUMNS),

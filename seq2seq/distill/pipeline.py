@@ -11,9 +11,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from seq2seq.config import Config
+from seq2seq.config import Config, CorpusConfig
 from seq2seq.data.corpus import decode_line, load_corpus
-from seq2seq.decode.score import score_pairs
+from seq2seq.decode.score import score_fitting
 from seq2seq.decode.translator import Translator
 from seq2seq.distill.chunks import (
     Chunk,
@@ -25,9 +25,10 @@ from seq2seq.distill.chunks import (
     read_chunks,
     write_chunk,
 )
+from seq2seq.distill.digests import entry, lines_digest
 from seq2seq.distill.join import join
 from seq2seq.distill.select import closest_to_reference
-from seq2seq.distill.teachers import load_backward, load_teacher
+from seq2seq.distill.teachers import load_backward, load_teacher, run_inputs
 from seq2seq.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -97,18 +98,22 @@ def distill(cfg: Config, opts: DistillOptions) -> DistillResult:
     parts = read_parts(cfg, opts.mono)
     languages = _teacher_languages(cfg, opts)
     chunks = plan(parts, opts.chunk_lines)
-    check_manifest(directory, _manifest(opts, parts, languages))
+    weights, inputs = _inputs(cfg.data.train, parts, opts)
+    check_manifest(directory, _manifest(opts, parts, languages) | {"inputs": inputs})
     todo = missing(directory, mine(chunks, opts.shard))
     if todo:
         teacher = load_teacher(
             opts.teacher,
             languages,
+            weights=weights["teacher"],
             beam=opts.beam,
             nbest=opts.nbest,
             device=opts.device,
             batch_size=opts.batch_size,
         )
-        backward = load_backward(opts.backward, languages, opts.device) if opts.backward else None
+        backward = None
+        if opts.backward:
+            backward = load_backward(opts.backward, languages, weights["backward"], opts.device)
         _run(directory, todo, teacher, backward, opts.progress)
     left = missing(directory, chunks)
     if left or opts.shard[1] > 1:
@@ -144,6 +149,32 @@ def _manifest(opts: DistillOptions, parts: list[Part], languages: tuple[str, str
     }
 
 
+def _inputs(
+    train: CorpusConfig, parts: list[Part], opts: DistillOptions
+) -> tuple[dict[str, Path], dict]:
+    """The weights files the teacher (and backward run) are loaded from, and the digests of
+    every input the chunks depend on: each side of each part as read, the runs' files."""
+    # A src/tgt corpus names each side's file; the other kinds hold both sides in one.
+    sides = (train.src, train.tgt) if train.src is not None else (train.describe(),) * 2
+    inputs = {}
+    for part in parts:
+        if part.references is None:
+            label = f"the monolingual file {part.origin}"
+            inputs[part.name] = entry(label, lines_digest(part.sources))
+            continue
+        label = f"the training corpus's source side {sides[0]}"
+        inputs[f"{part.name}.src"] = entry(label, lines_digest(part.sources))
+        label = f"the training corpus's target side {sides[1]}"
+        inputs[f"{part.name}.tgt"] = entry(label, lines_digest(part.references))
+    weights: dict[str, Path] = {}
+    weights["teacher"], teacher = run_inputs(opts.teacher, "teacher")
+    inputs |= teacher
+    if opts.backward:
+        weights["backward"], backward = run_inputs(opts.backward, "backward run")
+        inputs |= backward
+    return weights, inputs
+
+
 def _run(
     directory: Path,
     todo: list[Chunk],
@@ -165,7 +196,8 @@ def _run(
 
 def distill_chunk(chunk: Chunk, teacher: Translator, backward: Translator | None) -> list[dict]:
     """One record per line of the chunk: the hypothesis kept, its n-best rank, its chrF and the
-    1-best's against the reference (parallel lines), and its backward score per token."""
+    1-best's against the reference (parallel lines), and its backward score per token (none for
+    a pair longer than the backward run's positions: the filter drops it)."""
     part = chunk.part
     sources = part.sources[chunk.start : chunk.stop]
     nbest = teacher.translate_nbest(sources, first_line=chunk.start)
@@ -181,8 +213,9 @@ def distill_chunk(chunk: Chunk, teacher: Translator, backward: Translator | None
         records.append(record)
     if backward is not None:
         hyps = [r["hyp"] for r in records]
-        for record, (total, count) in zip(records, score_pairs(backward, hyps, sources)):
-            record["bw"] = round(total / count, 4)
+        for record, scored in zip(records, score_fitting(backward, hyps, sources)):
+            if scored is not None:
+                record["bw"] = round(scored[0] / scored[1], 4)
     return records
 
 
