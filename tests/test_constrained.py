@@ -5,37 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.config import DecodeConfig, ModelConfig, TokenizerConfig
+from seq2seq.config import DecodeConfig, TokenizerConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, train_tokenizer
 from seq2seq.decode.constrained import ConstrainedBeam, Spellings, _allocation
 from seq2seq.decode.glossary import term_use
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
 from seq2seq.decode.translator import Translator, cut_words, inner_ends
-from seq2seq.model.transformer import Transformer
-
-
-def _model(seed: int, vocab: int = 40, max_positions: int = 64) -> Transformer:
-    torch.manual_seed(seed)
-    cfg = ModelConfig(
-        d_model=16,
-        heads=2,
-        encoder_layers=1,
-        decoder_layers=2,
-        ffn_dim=32,
-        dropout=0.0,
-        max_positions=max_positions,
-    )
-    model = Transformer(cfg, vocab, vocab, joint_vocab=True).eval()
-    with torch.no_grad():  # sharpen the output so hypotheses differ clearly
-        model.output.weight.mul_(4.0)
-    return model
-
-
-def _sources(seed: int, batch: int = 3, vocab: int = 40) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(3, 9, (batch,), generator=g).tolist()
-    return pad([torch.randint(4, vocab, (n,), generator=g).tolist() + [EOS_ID] for n in lengths])
+from tests.constrained_cases import (
+    ENGLISH,
+    FRENCH,
+    ScriptedModel,
+    count_term,
+    random_model,
+    random_sources,
+)
 
 
 def _random_terms(seed: int, batch: int, per_sentence: int, vocab: int = 40):
@@ -46,15 +30,10 @@ def _random_terms(seed: int, batch: int, per_sentence: int, vocab: int = 40):
         while len(terms) < per_sentence:
             n = int(torch.randint(1, 4, (1,), generator=g))
             term = tuple(torch.randint(4, vocab, (n,), generator=g).tolist())
-            if not any(_count(list(u), term) or _count(list(term), u) for u in terms):
+            if not any(count_term(list(u), term) or count_term(list(term), u) for u in terms):
                 terms.append(term)  # none inside another: each can then appear exactly once
         out.append(tuple(terms))
     return out
-
-
-def _count(tokens: list[int], term: tuple[int, ...]) -> int:
-    n = len(term)
-    return sum(tuple(tokens[i : i + n]) == term for i in range(len(tokens) - n + 1))
 
 
 def _search(model, src, constraints, **kw):
@@ -74,18 +53,18 @@ def _sequence_log_prob(model, src_row, tokens) -> float:
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("per_sentence", [1, 2, 4])
 def test_every_constraint_appears_exactly_once_in_beam_output(seed, per_sentence):
-    model, src = _model(seed), _sources(seed, batch=4)
+    model, src = random_model(seed), random_sources(seed, batch=4)
     constraints = _random_terms(seed, 4, per_sentence)
     found = _search(model, src, constraints)
     for terms, (best,) in zip(constraints, found):
         assert best.unmet == ()
         for term in terms:
-            assert _count(best.tokens, term) == 1, (term, best.tokens)
+            assert count_term(best.tokens, term) == 1, (term, best.tokens)
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_scores_are_the_models_log_probability_of_the_output(seed):
-    model, src = _model(seed), _sources(seed)
+    model, src = random_model(seed), random_sources(seed)
     found = _search(model, src, _random_terms(seed, 3, 2), alpha=0.6)
     for row, (best,) in zip(src, found):
         expected = _sequence_log_prob(model, row, best.tokens)
@@ -96,48 +75,48 @@ def test_scores_are_the_models_log_probability_of_the_output(seed):
 
 
 def test_terms_sharing_a_prefix_both_appear():
-    model, src = _model(1), _sources(1, batch=2)
+    model, src = random_model(1), random_sources(1, batch=2)
     constraints = [((7, 8, 9), (7, 8, 10)), ((5, 6), (5, 11, 12))]
     for terms, (best,) in zip(constraints, _search(model, src, constraints)):
         assert best.unmet == ()
-        assert all(_count(best.tokens, t) == 1 for t in terms)
+        assert all(count_term(best.tokens, t) == 1 for t in terms)
 
 
 def test_a_term_inside_another_term_is_kept_by_the_longer_one():
-    model, src = _model(0), _sources(0, batch=1)
+    model, src = random_model(0), random_sources(0, batch=1)
     constraints = [((7,), (37, 37, 7), (19,))]
     (best,) = _search(model, src, constraints)[0]
     assert best.unmet == ()
-    assert _count(best.tokens, (37, 37, 7)) == 1 and _count(best.tokens, (19,)) == 1
-    assert _count(best.tokens, (7,)) >= 1
+    assert count_term(best.tokens, (37, 37, 7)) == 1 and count_term(best.tokens, (19,)) == 1
+    assert count_term(best.tokens, (7,)) >= 1
 
 
 def test_a_term_the_model_produces_anyway_is_counted_and_kept_once():
-    model, src = _model(2), _sources(2, batch=3)
+    model, src = random_model(2), random_sources(2, batch=3)
     plain = beam_search(model, src, padding_mask(src), beam=4, max_len_a=1.5, max_len_b=6)
     constraints = []
     for (free,) in plain:  # a span of the free output it holds once
         spans = [tuple(free.tokens[i : i + 2]) for i in range(len(free.tokens) - 1)]
-        once = [t for t in spans if _count(free.tokens, t) == 1] or [tuple(free.tokens[-1:])]
+        once = [t for t in spans if count_term(free.tokens, t) == 1] or [tuple(free.tokens[-1:])]
         constraints.append((once[0],))
     found = _search(model, src, constraints)
     for (best,), (term,) in zip(found, constraints):
         assert best.unmet == ()
-        assert _count(best.tokens, term) == 1
+        assert count_term(best.tokens, term) == 1
 
 
 def test_a_term_that_cannot_fit_before_the_length_cap_is_reported_unmet():
-    model = _model(3, max_positions=8)  # outputs of at most 7 tokens, EOS included
-    src = _sources(3, batch=2)
+    model = random_model(3, max_positions=8)  # outputs of at most 7 tokens, EOS included
+    src = random_sources(3, batch=2)
     long_term = tuple(range(4, 14))  # 10 tokens
     found = _search(model, src, [(long_term,), ((5,),)])
     assert found[0][0].unmet == (0,)
     assert len(found[0][0].tokens) < 8
-    assert found[1][0].unmet == () and _count(found[1][0].tokens, (5,)) == 1
+    assert found[1][0].unmet == () and count_term(found[1][0].tokens, (5,)) == 1
 
 
 def test_eos_waits_until_every_constraint_is_met():
-    model, src = _model(4), _sources(4, batch=2)
+    model, src = random_model(4), random_sources(4, batch=2)
     constraints = [((20, 21, 22), (30,), (33, 34)), ((25,),)]
     for (best,), terms in zip(_search(model, src, constraints, max_len_b=20), constraints):
         assert best.unmet == ()
@@ -151,7 +130,7 @@ def test_eos_waits_until_every_constraint_is_met():
 
 
 def test_sentences_without_constraints_decode_as_plain_beam_search():
-    model, src = _model(5), _sources(5)
+    model, src = random_model(5), random_sources(5)
     options = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
     plain = decode(model, src, options)
     none = decode(model, src, options, constraints=[(), (), ()])
@@ -161,29 +140,31 @@ def test_sentences_without_constraints_decode_as_plain_beam_search():
 
 
 def test_a_batch_mixing_constrained_and_free_sentences_keeps_each_sentences_terms():
-    model, src = _model(6), _sources(6)
+    model, src = random_model(6), random_sources(6)
     options = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
     found = decode(model, src, options, constraints=[((9, 10),), (), ((11,), (12, 13))])
-    assert _count(found[0][0].tokens, (9, 10)) == 1
-    assert _count(found[2][0].tokens, (11,)) == 1 and _count(found[2][0].tokens, (12, 13)) == 1
+    assert count_term(found[0][0].tokens, (9, 10)) == 1
+    assert (
+        count_term(found[2][0].tokens, (11,)) == 1 and count_term(found[2][0].tokens, (12, 13)) == 1
+    )
     plain = decode(model, src, options)  # a free sentence decodes as the plain beam would
     assert found[1][0].tokens == plain[1][0].tokens
     assert found[1][0].score == pytest.approx(plain[1][0].score)
 
 
 def test_nbest_constrained_hypotheses_are_distinct_and_rank_by_fewest_unmet_then_score():
-    model, src = _model(7), _sources(7)
+    model, src = random_model(7), random_sources(7)
     found = _search(model, src, [((9,),), ((10, 11),), ((12,),)], nbest=3)
     for hyps, term in zip(found, [(9,), (10, 11), (12,)]):
         assert len({tuple(h.tokens) for h in hyps}) == len(hyps) == 3
         ranks = [(len(h.unmet), -h.score) for h in hyps]
         assert ranks == sorted(ranks)
-        assert hyps[0].unmet == () and _count(hyps[0].tokens, term) == 1
-        assert all(_count(h.tokens, term) == 1 for h in hyps if not h.unmet)
+        assert hyps[0].unmet == () and count_term(hyps[0].tokens, term) == 1
+        assert all(count_term(h.tokens, term) == 1 for h in hyps if not h.unmet)
 
 
 def test_the_token_after_a_term_is_never_one_that_glues_onto_it():
-    model, src = _model(9), _sources(9, batch=4)
+    model, src = random_model(9), random_sources(9, batch=4)
     glue = torch.zeros(40, dtype=torch.bool)
     glue[20:40] = True  # say ids 20-39 continue the word before them
     constraints = [((5,),), ((6, 7),), ((8,), (9, 10)), ((11,),)]
@@ -199,7 +180,7 @@ def test_the_token_after_a_term_is_never_one_that_glues_onto_it():
 
 
 def test_greedy_search_with_constraints_says_a_beam_of_two_is_needed():
-    model, src = _model(8), _sources(8)
+    model, src = random_model(8), random_sources(8)
     with pytest.raises(ValueError, match="beam size of at least 2"):
         decode(model, src, DecodeConfig(beam_size=1), constraints=[((9,),), (), ()])
 
@@ -254,8 +235,8 @@ def test_a_term_given_twice_appears_twice_and_once_given_once():
     src = pad([[4, 5, EOS_ID], [4, 5, EOS_ID]])
     options = DecodeConfig(beam_size=4, length_penalty=1.0, max_len_a=0.0, max_len_b=12)
     once, twice = decode(model, src, options, constraints=[((9,),), ((9,), (9,))])
-    assert _count(once[0].tokens, (9,)) == 1 and once[0].unmet == ()
-    assert _count(twice[0].tokens, (9,)) == 2 and twice[0].unmet == ()
+    assert count_term(once[0].tokens, (9,)) == 1 and once[0].unmet == ()
+    assert count_term(twice[0].tokens, (9,)) == 2 and twice[0].unmet == ()
 
 
 def test_the_best_candidates_by_score_keep_their_places_when_banks_outnumber_the_beam():
@@ -265,62 +246,6 @@ def test_the_best_candidates_by_score_keep_their_places_when_banks_outnumber_the
     bank = torch.tensor([[0, 1, 2, 3, 4, 0]])
     assert _allocation(total, bank, 5)[0, :4].tolist() == [4, 3, 2, 1]
     assert _allocation(total, bank, 5, free=2)[0].tolist() == [0, 1, 4, 3, 2, 5]
-
-
-class _ScriptedModel(torch.nn.Module):
-    """A decoder that writes `script` (token ids) then EOS whatever the source: at step t,
-    probability 0.9 on script[t] (EOS after it), the rest shared evenly."""
-
-    def __init__(self, script: list[int], vocab: int):
-        super().__init__()
-        self.cfg = ModelConfig(d_model=16, heads=2, max_positions=64)
-        rows = []
-        for wanted in [*script, EOS_ID]:
-            row = torch.full((vocab,), 0.1 / (vocab - 1))
-            row[wanted] = 0.9
-            rows.append(row.log())
-        self.table = torch.stack(rows)
-
-    def encode(self, src, src_mask):
-        return src
-
-    def start_decoding(self, memory, src_mask, beam, capacity=None):
-        return _Steps()
-
-    def decode_step(self, ids, cache):
-        step = min(cache.t, self.table.size(0) - 1)
-        cache.t += 1
-        return self.table[step].repeat(ids.size(0), 1)
-
-
-class _Steps:
-    t = 0
-
-    def reorder(self, rows):
-        pass
-
-    def keep(self, sentences):
-        pass
-
-
-FRENCH = [
-    "Je dors à l'hôtel.",
-    "L'hôtel est grand.",
-    "Un hôtel bleu.",
-    "Le bouton-poussoir est rouge.",
-    "Il y a un bouton vert.",
-    "Nous aimons l'hôtel et le jardin.",
-    "Le jardin d'hiver est beau.",
-]
-ENGLISH = [
-    "I sleep at the hotel.",
-    "The hotel is big.",
-    "A blue hotel.",
-    "The push-button is red.",
-    "There is a green button.",
-    "We love the hotel and the garden.",
-    "The winter garden is nice.",
-]
 
 
 @pytest.fixture(scope="module")
@@ -341,8 +266,8 @@ def test_a_term_written_glued_after_an_apostrophe_or_hyphen_is_not_forced_again(
     tokenizer = french_tokenizer
     script = tokenizer.encode_tgt([output])[0]
     (alone,) = tokenizer.encode_tgt([term])
-    assert not _count(script, tuple(alone))  # the output holds the term in another segmentation
-    model = _ScriptedModel(script, tokenizer.tgt_vocab_size)
+    assert not count_term(script, tuple(alone))  # the output holds the term in another segmentation
+    model = ScriptedModel(script, tokenizer.tgt_vocab_size)
     options = DecodeConfig(beam_size=4, max_len_a=0.0, max_len_b=30, split_sentences=False)
     translator = Translator(model, tokenizer, options, torch.device("cpu"))
     (plain,) = translator.translate(["x"])

@@ -16,10 +16,18 @@ from seq2seq.decode.glossary import make_glossary
 from seq2seq.decode.search import decode
 from seq2seq.decode.translator import Translator
 from seq2seq.model.transformer import build_model
+from tests.constrained_cases import (
+    ENGLISH,
+    FRENCH,
+    TERM_GLOSSARY,
+    TERM_LINE,
+    TERM_PAIRS,
+    ScriptedModel,
+    count_term,
+    random_model,
+    random_sources,
+)
 from tests.factories import tiny_shape
-from tests.test_constrained import ENGLISH, FRENCH, _count, _model, _ScriptedModel, _sources
-from tests.test_term_mode import GLOSSARY, LINE
-from tests.test_term_mode import PAIRS as TERM_PAIRS
 
 OPTIONS = DecodeConfig(beam_size=4, max_len_a=1.5, max_len_b=6)
 
@@ -28,7 +36,7 @@ def _held_once(tokens: list[int]) -> tuple[int, ...]:
     """A span of two, one or three tokens the output holds once (else the whole output)."""
     for n in (2, 1, 3):
         spans = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
-        once = [t for t in spans if _count(tokens, t) == 1]
+        once = [t for t in spans if count_term(tokens, t) == 1]
         if once:
             return once[0]
     return tuple(tokens)
@@ -41,7 +49,7 @@ def _absent(tokens: list[int]) -> tuple[int, ...]:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_glossary_leaves_a_sentence_that_already_holds_its_terms_unchanged(seed):
-    model, src = _model(seed), _sources(seed, batch=4)
+    model, src = random_model(seed), random_sources(seed, batch=4)
     plain = decode(model, src, OPTIONS)
     terms = [(_held_once(hyps[0].tokens),) for hyps in plain]
     found = decode(model, src, OPTIONS, constraints=terms)
@@ -60,26 +68,26 @@ def test_only_rows_missing_a_term_are_searched_with_constraints(monkeypatch):
             super().__init__(constraints, **kw)
 
     monkeypatch.setattr(search, "ConstrainedBeam", Recording)
-    model, src = _model(6), _sources(6, batch=4)
+    model, src = random_model(6), random_sources(6, batch=4)
     plain = decode(model, src, OPTIONS)
     held, missing = _held_once(plain[0][0].tokens), _absent(plain[2][0].tokens)
     terms = [(held,), (), (missing,), (_held_once(plain[3][0].tokens),)]
     found = decode(model, src, OPTIONS, constraints=terms)
     assert searched == [[(missing,)]]  # one search, of the one row missing its term
     assert [hyps[0].plain for hyps in found] == [True, True, False, True]
-    assert _count(found[2][0].tokens, missing) == 1 and found[2][0].unmet == ()
+    assert count_term(found[2][0].tokens, missing) == 1 and found[2][0].unmet == ()
     for i in (0, 1, 3):
         assert found[i][0].tokens == plain[i][0].tokens
 
 
 def test_a_term_given_twice_keeps_the_plain_output_only_where_it_appears_twice():
-    model, src = _model(3), pad([[5, 6, 7, EOS_ID]])
+    model, src = random_model(3), pad([[5, 6, 7, EOS_ID]])
     (plain,) = decode(model, src, OPTIONS)
     term = _held_once(plain[0].tokens)
     (once,) = decode(model, src, OPTIONS, constraints=[(term,)])
     (twice,) = decode(model, src, OPTIONS, constraints=[(term, term)])
     assert once[0].plain and once[0].tokens == plain[0].tokens
-    assert not twice[0].plain and _count(twice[0].tokens, term) == 2
+    assert not twice[0].plain and count_term(twice[0].tokens, term) == 2
 
 
 def test_an_output_holds_a_term_as_the_search_counts_it():
@@ -112,7 +120,7 @@ def test_translate_keeps_the_plain_text_and_score_of_a_line_holding_its_glossary
 ):
     # "hôtel" is held glued after "l'", as the search and term use count it.
     tokenizer, output = hotel_tokenizer, "Je dors à l'hôtel."
-    model = _ScriptedModel(tokenizer.encode_tgt([output])[0], tokenizer.tgt_vocab_size)
+    model = ScriptedModel(tokenizer.encode_tgt([output])[0], tokenizer.tgt_vocab_size)
     options = DecodeConfig(beam_size=4, max_len_a=0.0, max_len_b=30, split_sentences=False)
     translator = Translator(model, tokenizer, options, torch.device("cpu"))
     line = "I sleep at the hotel."
@@ -130,9 +138,9 @@ def test_with_term_mode_both_the_plain_pass_reads_the_annotated_source(tmp_path,
     torch.manual_seed(0)
     model = build_model(tiny_shape(encoder_layers=1, decoder_layers=1), tokenizer).eval()
     options = DecodeConfig(term_mode="annotate", split_sentences=False)
-    translator = Translator(model, tokenizer, options, torch.device("cpu"), glossary=GLOSSARY)
-    annotated = translator.translate_nbest([LINE])
+    translator = Translator(model, tokenizer, options, torch.device("cpu"), glossary=TERM_GLOSSARY)
+    annotated = translator.translate_nbest([TERM_LINE])
     # Say every plain output holds its terms: "both" then answers with its plain pass.
     monkeypatch.setattr(search, "holds_terms", lambda outputs, *_: [True] * len(outputs))
     both = translator.with_decode(options.model_copy(update={"term_mode": "both"}))
-    assert both.translate_nbest([LINE]) == annotated
+    assert both.translate_nbest([TERM_LINE]) == annotated

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +22,7 @@ from seq2seq.cli.app import app
 from seq2seq.config import with_changes
 from seq2seq.decode.translator import load_translator
 from tests.runs import cli, train_from, write_pairs_config
+from tests.servers import Server
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,57 +39,6 @@ def run_dir(tmp_path_factory, tiny_config) -> Path:
         decode={"beam_size": 2, "max_len_a": 1.0, "max_len_b": 4, "batch_size": 32},
     )
     return train_from(config)
-
-
-class Server:
-    """`seq2seq serve` in a child process; its log goes to a file (a full pipe would stall it)."""
-
-    def __init__(self, run: Path, log: Path, *options: str):
-        self.log = log
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(
-            # `timeout` ends the server by itself should this test process die first.
-            ["timeout", "600", sys.executable, "-m", "seq2seq", "serve", "--run", str(run)]
-            + ["--port", "0", "--device", "cpu", *options],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=open(log, "wb"),  # noqa: SIM115 (the child holds it)
-        )
-        self.url = self._wait_for_url()
-        self.client = httpx.Client(base_url=self.url, timeout=30)
-        while self.client.get("/ready").status_code != 200:
-            time.sleep(0.05)
-
-    def _wait_for_url(self, timeout: float = 60) -> str:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            found = re.search(r"on (http://\S+:\d+)", self.log.read_text(errors="replace"))
-            if found:
-                return found.group(1)
-            if self.process.poll() is not None:
-                raise AssertionError(f"server exited: {self.log.read_text()}")
-            time.sleep(0.05)
-        raise AssertionError(f"server did not start: {self.log.read_text()}")
-
-    def translate(self, **body) -> httpx.Response:
-        return self.client.post("/translate", json=body)
-
-    def metric(self, name: str) -> float:
-        text = self.client.get("/metrics").text
-        return sum(
-            float(m) for m in re.findall(rf"^{re.escape(name)}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-        )
-
-    def stop(self) -> int:
-        self.client.close()
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            raise
 
 
 # The queue counts sentences: the slow requests below send MAX_LINES texts of two sentences.

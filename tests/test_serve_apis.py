@@ -9,10 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import threading
-import time
 
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,8 +19,8 @@ from seq2seq.errors import UserError
 from seq2seq.serve import langs
 from seq2seq.serve.app import ServeConfig, create_app, run_info
 from seq2seq.serve.keys import NO_CHARACTER_LIMIT, KeyLimits, read_keys
-from seq2seq.serve.server import listening_socket
 from tests.factories import untrained_pairs_run, untrained_run
+from tests.servers import LoopbackServer, Server
 
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
@@ -36,27 +33,6 @@ KEY, LIMITED, METERED = "secret-key", "limited-key", "metered-key"
 def _identify(texts: list[str]) -> list[tuple[str, float]]:
     """A pinned language identifier: German for texts with "Katze", else English."""
     return [("de", 0.99) if "Katze" in t else ("en", 0.93) for t in texts]
-
-
-class LoopbackServer:
-    """The app under uvicorn on a free loopback port, in a thread of this process."""
-
-    def __init__(self, app):
-        self.sock = listening_socket("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
@@ -575,8 +551,6 @@ def test_several_models_are_listed_and_each_request_goes_to_the_model_of_its_pai
 def test_serve_takes_run_more_than_once_and_says_what_else_it_serves(
     run, tmp_path_factory, demo_pairs
 ):
-    from tests.test_serve import Server  # `seq2seq serve` as a child process
-
     folder = tmp_path_factory.mktemp("cli-two")
     both = untrained_pairs_run(folder, demo_pairs, "source_tag")
     server = Server(run, folder / "serve.log", "--run", str(both), "--threads", "1")
