@@ -124,7 +124,10 @@ def annotate_sources(
     extra = annotation.alignments or annotation.token_probs
     keep = encoder_outputs_kept(translator.model) if extra else nullcontext({})
     with keep as kept:
-        hyps = [found[0] for found in translator.search(ids, owner, terms, firsts, wanted)]
+        numbers = [sources[i].line for i in owner]  # sampling streams follow input lines
+        hyps = [
+            found[0] for found in translator.search(ids, owner, terms, firsts, wanted, numbers)
+        ]
     replayed = replay_segments(translator, ids, hyps, annotation, kept) if extra and ids else []
     by_line: dict[int, list[int]] = {}
     for j, i in enumerate(owner):

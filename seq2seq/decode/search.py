@@ -58,6 +58,7 @@ def decode(
     first: torch.Tensor | None = None,
     spellings: Spellings | None = None,
     rows: torch.Tensor | None = None,
+    streams: list[tuple[int, int]] | None = None,
 ) -> list[list[Hypothesis]]:
     """The `options.nbest` best hypotheses of each sentence of a padded source batch [B, S],
     best first: greedy search for beam 1, beam search otherwise, constrained beam search when
@@ -68,7 +69,9 @@ def decode(
     first output token, forced (a target language token, as `generate`'s
     forced_bos_token_id; log-probability 0). `dropped`: see step.Dropped. `rows`: a
     shortlist's sorted target ids (EOS and the `first` tokens among them), the only ones
-    scored; a constrained batch scores the whole vocabulary (its terms stay reachable)."""
+    scored; a constrained batch scores the whole vocabulary (its terms stay reachable).
+    `streams`: each sentence's (line number, sentence of the line), which its samples are
+    drawn from with `options.sampling` (default: (row, 0))."""
     src_mask = padding_mask(src, special.pad)
     common = {
         "max_len_a": options.max_len_a,
@@ -98,7 +101,8 @@ def decode(
     if rows is not None:
         common["rows"] = rows
     if options.beam_size == 1:
-        choose = sampler(options.sampling, options.seed, src.device)
+        streams = streams or [(i, 0) for i in range(src.size(0))]
+        choose = sampler(options.sampling, options.seed, streams, src.device)
         return [[h] for h in greedy(model, src, src_mask, first=first, choose=choose, **common)]
     return beam_search(
         model, src, src_mask, beam=options.beam_size, nbest=options.nbest, first=first, **common
@@ -260,7 +264,7 @@ def greedy(
         if t == 0 and first is not None:
             logits, norm = forced(logits, positions(rows, first.to(device)))
         # A sentence at its length cap may only end.
-        column = torch.where(t + 1 >= alive_limits, eos_column, choose(logits))
+        column = torch.where(t + 1 >= alive_limits, eos_column, choose(logits, alive, t))
         next_ids = column if rows is None else rows[column]
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, column.unsqueeze(1)).squeeze(1) - norm

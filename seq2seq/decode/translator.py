@@ -21,6 +21,7 @@ from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.constrained import Spellings
 from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
+from seq2seq.decode.sampling import line_streams
 from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
@@ -228,8 +229,10 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each encoded segment (`owner`: its input line index;
         `terms`, `firsts`: its target terms and forced first token, as a Source holds them;
-        `wanted`: see translate_sources; `numbers`: 0-based line numbers for messages)."""
+        `wanted`: see translate_sources; `numbers`: 0-based line numbers, for messages and for
+        each sentence's sampling stream)."""
         numbers = numbers or owner
+        streams = line_streams(numbers)  # a sentence samples from its own stream
         terms = terms or [()] * len(ids)
         firsts = firsts or [None] * len(ids)
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in ids]
@@ -246,6 +249,7 @@ class Translator:
                 [firsts[j] for j in chunk],
                 dropped,
                 [numbers[j] for j in chunk],
+                [streams[j] for j in chunk],
             )
             for j, hyps in zip(chunk, results):
                 found[j] = hyps
@@ -283,7 +287,7 @@ def _encode(
 
 
 def _decode_batch(
-    translator: Translator, src, terms: list, firsts: list[int | None], dropped, owner
+    translator: Translator, src, terms: list, firsts: list[int | None], dropped, owner, streams
 ):
     # Rows of one batch may start different target languages (a server's requests).
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
@@ -302,6 +306,7 @@ def _decode_batch(
             special=special,
             dropped=dropped,
             first=first,
+            streams=streams,
             **constrained,
         )
     except SearchError as e:
