@@ -23,6 +23,8 @@ from __future__ import annotations
 import html
 import logging
 import re
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -31,11 +33,13 @@ FORMATS = ("html", "xml")
 VOID_ELEMENTS = frozenset(
     "area base br col embed hr img input link meta param source track wbr".split()
 )
+# Comments are found apart (`_tokens`): a lazy `<!--.*?-->` would scan the rest of the line from
+# every `<!--` left open. A tag or placeholder holds no `<` past its first character, so none
+# starts before a comment and ends inside it.
+COMMENT_OPEN, COMMENT_CLOSE = "<!--", "-->"
 TOKEN = re.compile(
-    r"(?P<comment><!--.*?-->)"
-    r"|(?P<tag></?[A-Za-z][\w:.-]*(?:\s[^<>]*?)?/?>)"
-    r"|(?P<placeholder>\{\w*\}|%(?:\(\w+\)|\d+\$)?[sdifx])",
-    re.DOTALL,
+    r"(?P<tag></?[A-Za-z][\w:.-]*(?:\s[^<>]*?)?/?>)"
+    r"|(?P<placeholder>\{\w*\}|%(?:\(\w+\)|\d+\$)?[sdifx])"
 )
 TAG_NAME = re.compile(r"</?([A-Za-z][\w:.-]*)")
 PLACEHOLDER = re.compile(r"\{\w*\}|%(?:\(\w+\)|\d+\$)?[sdifx]")
@@ -82,22 +86,22 @@ def parse(line: str, fmt: str = "html") -> Marked:
     if fmt not in FORMATS:
         raise ValueError(f"markup format must be one of {FORMATS}, not {fmt!r}")
     plain, events = _split(line, fmt)
+    # Words are in order and apart, so both their starts and their ends are sorted: a binary
+    # search finds the words around an offset, in time logarithmic in the line's words.
     starts = [m.start() for m in re.finditer(r"\S+", plain)]
     ends = [m.end() for m in re.finditer(r"\S+", plain)]
     marked = Marked(plain, plain.split())
 
     def words_between(a: int, b: int) -> tuple[int, int]:
-        inside = [w for w in range(len(starts)) if starts[w] < b and ends[w] > a]
-        return (inside[0], inside[-1]) if inside else (1, 0)
-
-    def next_word(offset: int) -> int:
-        return next((w for w in range(len(starts)) if starts[w] >= offset), len(starts))
+        first, last = bisect_right(ends, a), bisect_left(starts, b) - 1
+        return (first, last) if first <= last else (1, 0)
 
     stack: list[tuple[str, str, int, int]] = []  # name, open text, offset, span index
     for kind, text, offset in events:
         if kind == "open":
             parent = stack[-1][3] if stack else None
-            marked.spans.append(Span(text, "", 0, -1, len(stack), parent, next_word(offset)))
+            before = bisect_left(starts, offset)  # the first word starting at or after it
+            marked.spans.append(Span(text, "", 0, -1, len(stack), parent, before))
             stack.append((_name(text), text, offset, len(marked.spans) - 1))
         elif kind == "close":
             if not stack or stack[-1][0] != _name(text):
@@ -109,7 +113,7 @@ def parse(line: str, fmt: str = "html") -> Marked:
             span.first, span.last = words_between(start, offset)
         else:
             glued = offset < len(plain) and not plain[offset].isspace()
-            marked.points.append(Point(text, next_word(offset), glued))
+            marked.points.append(Point(text, bisect_left(starts, offset), glued))
     if stack:
         raise MalformedMarkup(f"`{stack[-1][1]}` is never closed")
     return marked
@@ -119,13 +123,13 @@ def _split(line: str, fmt: str) -> tuple[str, list[tuple[str, str, int]]]:
     """The line's text (unescaped) and its markup events (kind, text, offset in that text)."""
     plain, events, at = [], [], 0
     size = 0
-    for m in TOKEN.finditer(line):
-        text = html.unescape(line[at : m.start()])
+    for start, end, is_tag in _tokens(line):
+        text = html.unescape(line[at:start])
         plain.append(text)
         size += len(text)
-        at = m.end()
-        token = m.group()
-        if m.group("tag"):
+        at = end
+        token = line[start:end]
+        if is_tag:
             closing, void = token.startswith("</"), token.endswith("/>")
             if fmt == "html" and _name(token).lower() in VOID_ELEMENTS and not closing:
                 void = True
@@ -137,59 +141,113 @@ def _split(line: str, fmt: str) -> tuple[str, list[tuple[str, str, int]]]:
     return "".join(plain), events
 
 
+def _tokens(line: str) -> Iterator[tuple[int, int, bool]]:
+    """Each comment, tag and placeholder of the line, left to right, as (start, end, is a
+    tag): a comment runs from `<!--` to the first `-->` after it; between comments, TOKEN."""
+    at, comments = 0, True
+    while True:
+        start = line.find(COMMENT_OPEN, at) if comments else -1
+        end = line.find(COMMENT_CLOSE, start + len(COMMENT_OPEN)) if start >= 0 else -1
+        if end < 0:  # no comment closes after here: none opens after here either
+            start, comments = -1, False
+        for m in TOKEN.finditer(line, at, len(line) if start < 0 else start):
+            yield m.start(), m.end(), m.lastgroup == "tag"
+        if start < 0:
+            return
+        at = end + len(COMMENT_CLOSE)
+        yield start, at, False
+
+
 def _name(tag: str) -> str:
     m = TAG_NAME.match(tag)
     return m.group(1) if m else ""
 
 
-def target_span(span: Span, pairs: list[tuple[int, int]]) -> tuple[int, int]:
-    """The output words aligned to any source word the span wraps, as (first, last)."""
-    aligned = [j for i, j in pairs if span.first <= i <= span.last]
-    return (min(aligned), max(aligned)) if aligned else (1, 0)
+_NONE = float("inf")  # no aligned output word
 
 
-def target_position(before: int, n_src: int, n_tgt: int, pairs: list[tuple[int, int]]) -> int:
-    """Where something that stood before source word `before` goes among the output words."""
-    if before <= 0:
-        return 0
-    if before >= n_src:
-        return n_tgt
-    for i in range(before, n_src):  # the first following source word that has an alignment
-        aligned = [j for s, j in pairs if s == i]
-        if aligned:
-            return min(aligned)
-    return n_tgt
+class _Aligned:
+    """Where source words went in the output, for any run of source words at once: each
+    word's least and greatest aligned output word in sparse tables (a run's is the least or
+    greatest of two overlapping power-of-two runs), and from each word on the first aligned
+    one's."""
+
+    def __init__(self, pairs: list[tuple[int, int]], n_src: int, n_tgt: int):
+        lows, highs = [_NONE] * n_src, [-_NONE] * n_src
+        for i, j in pairs:
+            if 0 <= i < n_src:
+                lows[i], highs[i] = min(lows[i], j), max(highs[i], j)
+        self.lows, self.highs = _sparse_table(lows, min), _sparse_table(highs, max)
+        self.following = [n_tgt] * (n_src + 1)  # the first aligned word's least, from each on
+        for i in reversed(range(n_src)):
+            self.following[i] = lows[i] if lows[i] != _NONE else self.following[i + 1]
+        self.n_src, self.n_tgt = n_src, n_tgt
+
+    def span(self, first: int, last: int) -> tuple[int, int]:
+        """The output words aligned to any of source words first..last, as (first, last)."""
+        if first > last:
+            return (1, 0)
+        level = (last - first + 1).bit_length() - 1
+        other = last - (1 << level) + 1
+        low = min(self.lows[level][first], self.lows[level][other])
+        if low == _NONE:
+            return (1, 0)
+        return low, max(self.highs[level][first], self.highs[level][other])
+
+    def position(self, before: int) -> int:
+        """Where something that stood before source word `before` goes among the output
+        words: before the output of the first following source word that has an alignment."""
+        if before <= 0:
+            return 0
+        if before >= self.n_src:
+            return self.n_tgt
+        return self.following[before]
 
 
-def place(marked: Marked, n_tgt: int, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def _sparse_table(values: list, pick) -> list[list]:
+    """Row k: `pick` of each run of 2**k values (row 0 the values)."""
+    table, width = [values], 1
+    while 2 * width <= len(values):
+        row = table[-1]
+        table.append([pick(row[i], row[i + width]) for i in range(len(values) - 2 * width + 1)])
+        width *= 2
+    return table
+
+
+def _place(spans: list[Span], aligned: _Aligned) -> list[tuple[int, int]]:
     """Each span's output words (first, last), nested as in the source: a child inside its
     parent, siblings apart (`last < first`: no words)."""
     placed: list[tuple[int, int]] = []
-    for span in marked.spans:  # in opening order: a parent is placed before its children
-        first, last = target_span(span, pairs)
+    # Under each parent, the words its children took so far: apart, so sorted by both ends.
+    taken: dict[int | None, tuple[list[int], list[int]]] = {}
+    for span in spans:  # in opening order: a parent is placed before its children
+        first, last = aligned.span(span.first, span.last)
         if span.parent is not None:
             p_first, p_last = placed[span.parent]
             first, last = max(first, p_first), min(last, p_last)
-        taken = [
-            placed[k]
-            for k, other in enumerate(marked.spans[: len(placed)])
-            if other.parent == span.parent and placed[k][0] <= placed[k][1]
-        ]
-        placed.append(_free_part(first, last, taken))
+        starts, ends = taken.setdefault(span.parent, ([], []))
+        part = _free_part(first, last, starts, ends)
+        if part[0] <= part[1]:
+            at = bisect_left(starts, part[0])
+            starts.insert(at, part[0])
+            ends.insert(at, part[1])
+        placed.append(part)
     return placed
 
 
-def _free_part(first: int, last: int, taken: list[tuple[int, int]]) -> tuple[int, int]:
-    """The longest run of [first, last] that no interval in `taken` covers."""
-    best, run_start = (1, 0), None
-    for j in range(first, last + 2):
-        free = j <= last and not any(a <= j <= b for a, b in taken)
-        if free and run_start is None:
-            run_start = j
-        if not free and run_start is not None:
-            if j - 1 - run_start > best[1] - best[0]:
-                best = (run_start, j - 1)
-            run_start = None
+def _free_part(first: int, last: int, starts: list[int], ends: list[int]) -> tuple[int, int]:
+    """The longest run of [first, last] that no interval (starts[k], ends[k]) covers, the
+    first of the longest; the intervals are apart and sorted."""
+    best, at = (1, 0), first
+    k = bisect_left(ends, first)  # the first interval that may cover part of the range
+    while at <= last:
+        covered = k < len(starts) and starts[k] <= last
+        stop = starts[k] - 1 if covered else last  # the free run is at..stop
+        if stop - at > best[1] - best[0]:
+            best = (at, stop)
+        if not covered:
+            break
+        at, k = max(at, ends[k] + 1), k + 1
     return best
 
 
@@ -197,29 +255,30 @@ def reinsert(marked: Marked, target: str, pairs: list[tuple[int, int]]) -> str:
     """The translation `target` (of `marked.text`) with the markup put back; `pairs`: the
     (source word, output word) alignment."""
     words = [html.escape(_invented_removed(w), quote=False) for w in target.split()]
-    n_src, n_tgt = len(marked.words), len(words)
-    placed = place(marked, n_tgt, pairs)
+    n_tgt = len(words)
+    aligned = _Aligned(pairs, len(marked.words), n_tgt)
+    placed = _place(marked.spans, aligned)
     opens: dict[int, list[tuple]] = {}
     closes: dict[int, list[tuple]] = {}
-    points: dict[int, list[str]] = {}
-    inner = [""] * len(marked.spans)  # empty children, kept just inside their parent
+    empty: dict[int, list[str]] = {}  # empty outermost spans at each output word, last first
+    inner: list[list[str]] = [[] for _ in marked.spans]  # a span's empty children, last first
     for k in reversed(range(len(marked.spans))):  # children before their parents
         span, (first, last) = marked.spans[k], placed[k]
+        opening = span.open + "".join(reversed(inner[k]))  # empty children just inside
         if first > last:  # no aligned word: kept, empty
-            text = span.open + inner[k] + span.close
             if span.parent is not None:
-                inner[span.parent] = text + inner[span.parent]
+                inner[span.parent].append(opening + span.close)
             else:
-                at = target_position(span.before, n_src, n_tgt, pairs)
-                points.setdefault(at, []).insert(0, text)
+                empty.setdefault(aligned.position(span.before), []).append(opening + span.close)
             continue
-        opens.setdefault(first, []).append((-last, span.depth, span.open + inner[k]))
+        opens.setdefault(first, []).append((-last, span.depth, opening))
         closes.setdefault(last + 1, []).append((-first, -span.depth, span.close))
-    glued: dict[int, str] = {}
+    points = {at: texts[::-1] for at, texts in empty.items()}
+    glued: dict[int, list[str]] = {}
     for point in marked.points:
-        at = target_position(point.before, n_src, n_tgt, pairs)
+        at = aligned.position(point.before)
         if point.glued and at < n_tgt:
-            glued[at] = glued.get(at, "") + point.text
+            glued.setdefault(at, []).append(point.text)
         else:
             points.setdefault(at, []).append(point.text)
     out: list[str] = []
@@ -229,7 +288,7 @@ def reinsert(marked: Marked, target: str, pairs: list[tuple[int, int]]) -> str:
         out += points.get(p, [])
         if p < n_tgt:
             tags = "".join(t for *_, t in sorted(opens.get(p, [])))
-            out.append(glued.get(p, "") + tags + words[p])
+            out.append("".join(glued.get(p, [])) + tags + words[p])
     return " ".join(t for t in out if t)
 
 
