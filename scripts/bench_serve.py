@@ -28,6 +28,14 @@ issue 28's (the default) and issue 40's glossary-markup, dots (the server then h
 20,000 made-up terms, in the quiet phases too) and abandoned-terms, whose stop is read from the
 server's seq2seq_abandoned_decode_seconds{work="terms"}.
 
+`--keyed` (issue 51): a server with `--api-keys` (an unlimited key for the normal clients, one
+limited to 1,000 characters) and a fresh `--state-dir`; normal keyed clients alone, then beside
+4 keyless clients cycling over every translating route and body shape, 8 parallel clients of
+the limited key doing the same, and 2 clients posting 611 KB requests of 1,000 glossary pairs of
+200-character CJK terms. Reported: characters translated for keyless clients (target 0) and the
+limited key (target ≤ 1,000, beside what /v2/usage says), the server's RSS hostile peak over
+quiet peak (target ≤ +100 MB) and normal p99 hostile over quiet (target < 3×).
+
 The server and the translate job each run in a session of their own. Linux's scheduler (with
 autogroup, as here) shares the CPU between sessions first, so each system under test gets the
 same share of a machine that other users load too, and the load generator (this process) does
@@ -42,6 +50,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -174,13 +183,16 @@ async def load(
     route: str = "native",
     fields: dict | None = None,
     metrics: str = "/metrics",
+    headers: dict | None = None,
 ):
     """N closed-loop clients for `seconds`; latencies of answers after the warm-up. `fields`:
-    more native body fields (a `model` to send them to, whose metrics are at `metrics`)."""
+    more native body fields (a `model` to send them to, whose metrics are at `metrics`);
+    `headers`: sent with every request (a key)."""
     import httpx
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=600) as http:
+    client_options = dict(limits=limits, timeout=600, headers=headers or {})
+    async with httpx.AsyncClient(base_url=url, **client_options) as http:
         await http.get("/ready")
         before = batch_stats((await http.get(metrics)).text)
         start = time.perf_counter()
@@ -516,6 +528,198 @@ def print_hostile(
     (args.out / "hostile.json").write_text(json.dumps({**summary, "probe": probe}, indent=2))
 
 
+# Issue 51's hostile clients (--keyed): the server has keys; NORMAL_KEY is unlimited, the normal
+# clients' key; LIMITED_KEY may have LIMITED_CHARACTERS characters translated in all.
+NORMAL_KEY, LIMITED_KEY, LIMITED_CHARACTERS = "bench-normal-key", "bench-limited-key", 1000
+# A 611 KB request (issue 51, item 2): 1,000 glossary pairs of 200-character CJK terms.
+CJK_TERMS = 1000
+
+
+def cjk_glossary(seed: int) -> list[list[str]]:
+    """1,000 pairs of 200-character CJK terms, different for each seed."""
+    rng = random.Random(seed)
+    term = lambda: "".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(200))  # noqa: E731
+    return [[term(), term()] for _ in range(CJK_TERMS)]
+
+
+def keyed_requests(sentences: list[str], key: str | None) -> list[tuple[str, dict]]:
+    """(path, httpx request arguments) over every translating route and body shape: native
+    text/texts/html/glossary, LibreTranslate JSON, form, array and html, DeepL form and JSON,
+    DeepL glossary creation; the key in each API's own place (none: no key at all)."""
+    some = sentences[:8]
+    html = [f"<p>{s} <b>{s.split()[0]}</b></p>" for s in some[:4]]
+    pairs = [[w, w.upper()] for w in long_words(" ".join(some))[:4]]
+    bearer = {"headers": {"Authorization": f"Bearer {key}"}} if key else {}
+    deepl = {"headers": {"Authorization": f"DeepL-Auth-Key {key}"}} if key else {}
+    lt_key = {"api_key": key} if key else {}
+    lt = {"source": "en", "target": "fr", **lt_key}
+    return [
+        ("/translate", {"json": {"text": some[0]}, **bearer}),
+        ("/translate", {"json": {"texts": some}, **bearer}),
+        ("/translate", {"json": {"texts": html, "format": "html"}, **bearer}),
+        ("/translate", {"json": {"texts": some, "glossary": pairs, "beam_size": 4}, **bearer}),
+        ("/translate", {"json": {"q": some, **lt}}),
+        ("/translate", {"data": {"q": some[1], **lt}}),
+        ("/translate", {"json": {"q": html, "format": "html", **lt}}),
+        ("/translate", {"json": {"q": some[2], "glossary": pairs, **lt}}),
+        ("/v2/translate", {"data": {"text": some[3], "target_lang": "FR"}, **deepl}),
+        ("/v2/translate", {"json": {"text": some, "target_lang": "FR"}, **deepl}),
+        (
+            "/v2/glossaries",
+            {
+                "json": {
+                    "name": "bench",
+                    "source_lang": "en",
+                    "target_lang": "fr",
+                    "entries": "".join(f"{a}\t{b}\n" for a, b in pairs),
+                    "entries_format": "tsv",
+                },
+                **deepl,
+            },
+        ),
+    ]
+
+
+def sent_characters(request: dict) -> int:
+    """The characters of the texts a request asks to translate, as sent (markup included)."""
+    body = request.get("json") or request.get("data") or {}
+    texts = [body.get(k) for k in ("text", "texts", "q")]
+    flat = [t for x in texts if x for t in (x if isinstance(x, list) else [x])]
+    return sum(len(t) for t in flat if isinstance(t, str))
+
+
+async def keyed_clients(url: str, sentences: list[str], end: float, tally: dict, rate: float):
+    """Hostile clients until `end`, each sending `rate` requests a second: 4 without a key over
+    every route and shape, 8 parallel ones with the limited key, 2 posting the 611 KB glossary
+    request (one keyless, one limited). Tally: answers by client and status; characters
+    translated by answers of 200."""
+    import httpx
+
+    memory = [
+        ("/translate", {"json": {"texts": sentences[:2], "glossary": cjk_glossary(seed)}})
+        for seed in range(4)
+    ]
+    limited_memory = [(path, {**r, "headers": {"X-API-Key": LIMITED_KEY}}) for path, r in memory]
+
+    async def loop(name: str, requests: list, offset: int) -> None:
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            k = offset
+            while (sent := time.perf_counter()) < end:
+                path, request = requests[k % len(requests)]
+                k += 1
+                answer = await http.post(path, **request)
+                status = f"{name} {answer.status_code}"
+                tally[status] = tally.get(status, 0) + 1
+                if answer.status_code == 200 and path != "/v2/glossaries":
+                    chars = tally.setdefault("translated characters", {})
+                    chars[name] = chars.get(name, 0) + sent_characters(request)
+                await asyncio.sleep(max(0.0, sent + 1 / rate - time.perf_counter()))
+
+    await asyncio.gather(
+        *(loop("keyless", keyed_requests(sentences, None), k) for k in range(4)),
+        *(loop("limited", keyed_requests(sentences, LIMITED_KEY), k) for k in range(8)),
+        loop("glossary-memory", memory, 0),
+        loop("glossary-memory", limited_memory, 1),
+    )
+
+
+async def keyed_phase(server: ServerProcess, sentences: list[str], args, hostile: bool) -> dict:
+    """Normal keyed clients for --seconds, alone or beside keyed_clients; RSS sampled."""
+    end = time.perf_counter() + args.seconds
+    tally: dict = {}
+    rss: list[float] = []
+    normal = load(
+        server.url,
+        sentences,
+        args.hostile_clients,
+        args.seconds,
+        args.warmup,
+        headers={"Authorization": f"Bearer {NORMAL_KEY}"},
+    )
+    extra = [sample_rss(server, end, rss)]
+    if hostile:
+        extra.append(keyed_clients(server.url, sentences, end, tally, args.hostile_rate))
+    row, *_ = await asyncio.gather(normal, *extra)
+    return {**row, "rss_peak_mb": max(rss), "rss_last_mb": rss[-1], "tally": tally}
+
+
+def keyed_usage(url: str) -> int:
+    """The limited key's character count as the server's DeepL /v2/usage reports it."""
+    import httpx
+
+    answer = httpx.get(
+        f"{url}/v2/usage", headers={"Authorization": f"DeepL-Auth-Key {LIMITED_KEY}"}
+    )
+    return answer.json()["character_count"]
+
+
+def keyed_main(run: Path, sentences: list[str], args, env: dict) -> None:
+    """Issue 51's row: quiet, then hostile keyed clients, rounds; what got through and p99."""
+    keys = args.out / "keys.txt"
+    keys.write_text(f"{NORMAL_KEY}\n{LIMITED_KEY} characters={LIMITED_CHARACTERS}\n")
+    state = args.out / "keyed-state"
+    shutil.rmtree(state, ignore_errors=True)  # a fresh character count for the limited key
+    options = ["--threads", str(args.threads), "--batch-window-ms", str(args.window_ms)]
+    options += ["--api-keys", str(keys), "--state-dir", str(state)]
+    server = ServerProcess(run, args.beam_size, options, env, args.out / "keyed.log")
+    rows = []
+    try:
+        headers = {"Authorization": f"Bearer {NORMAL_KEY}"}
+        asyncio.run(load(server.url, sentences, args.hostile_clients, 3.0, 0.0, headers=headers))
+        for k in range(args.rounds):
+            for phase in ("quiet", "hostile"):
+                row = asyncio.run(keyed_phase(server, sentences, args, phase == "hostile"))
+                row.update(phase=phase, round=k + 1)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        usage = keyed_usage(server.url)
+    finally:
+        code = server.stop()
+    print_keyed(rows, usage, args, code)
+
+
+def print_keyed(rows: list[dict], usage: int, args, code: int) -> None:
+    """The keyed table and the four verdicts of issue 51's done-means."""
+    print(
+        f"\n{args.hostile_clients} normal clients with a key; hostile, {args.hostile_rate:g} "
+        "requests/s each: 4 keyless clients over every route, 8 parallel clients of a key "
+        f"limited to {LIMITED_CHARACTERS} characters, 2 sending 611 KB glossary requests; beam "
+        f"{args.beam_size}, {args.threads} thread(s), {args.seconds:.0f} s a phase, "
+        f"{args.rounds} rounds; server exit {code}"
+    )
+    print(
+        "| round | phase | normal sent/s | p50 ms | p99 ms | errors | RSS peak MB | hostile "
+        "answers (client status: count) | characters translated (client: n) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        tally = {k: v for k, v in r["tally"].items() if k != "translated characters"}
+        chars = r["tally"].get("translated characters", {})
+        print(
+            f"| {r['round']} | {r['phase']} | {r['sent_s']:.1f} | {r['p50_ms']:.0f} | "
+            f"{r['p99_ms']:.0f} | {r['errors']} | {r['rss_peak_mb']:.0f} | "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(tally.items())) or '–'} | "
+            f"{', '.join(f'{k}: {v}' for k, v in sorted(chars.items())) or '–'} |"
+        )
+    hostile = [r for r in rows if r["phase"] == "hostile"]
+    quiet = [r for r in rows if r["phase"] == "quiet"]
+    chars = lambda name: sum(  # noqa: E731
+        r["tally"].get("translated characters", {}).get(name, 0) for r in hostile
+    )
+    p99 = statistics.median(r["p99_ms"] for r in hostile) / statistics.median(
+        r["p99_ms"] for r in quiet
+    )
+    rss = max(r["rss_peak_mb"] for r in hostile) - max(r["rss_peak_mb"] for r in quiet)
+    print(
+        f"\nkeyless characters translated: {chars('keyless')} (target 0); limited key: "
+        f"{chars('limited') + chars('glossary-memory')} characters in its 200 answers, "
+        f"/v2/usage says {usage} (target ≤ {LIMITED_CHARACTERS}); server RSS hostile peak − "
+        f"quiet peak: {rss:+.0f} MB (target ≤ +100 MB); normal p99 hostile/quiet: {p99:.2f}× "
+        "(target < 3×)"
+    )
+    (args.out / "keyed.json").write_text(json.dumps({"rows": rows, "usage": usage}, indent=2))
+
+
 def served_models(url: str) -> list[dict]:
     """The server's GET /models, each with its /info's beam size."""
     import httpx
@@ -661,6 +865,12 @@ def main() -> None:
         help="instead: normal clients alone and beside hostile ones (split bait, hang-ups, "
         "nested JSON); their p99 and the server's memory",
     )
+    p.add_argument(
+        "--keyed",
+        action="store_true",
+        help="instead: a server with keys, normal keyed clients alone and beside keyless, "
+        "character-limited and 611 KB-glossary clients (issue 51): what got through, RSS, p99",
+    )
     p.add_argument("--hostile-clients", type=int, default=8, help="normal clients in --hostile")
     p.add_argument(
         "--hostile-kinds",
@@ -714,6 +924,9 @@ def main() -> None:
     valid = [x.strip() for x in (args.data / "valid.en").read_text("utf-8").splitlines()]
     sentences = [x for x in valid if x][: args.sentences]
     random.Random(1).shuffle(sentences)
+    if args.keyed:
+        keyed_main(run, sentences, args, env)
+        return
     if args.hostile:
         references = (args.data / "valid.fr").read_text("utf-8").splitlines()
         pairs = [(a, b.strip()) for a, b in zip(valid, references) if a and b.strip()]
