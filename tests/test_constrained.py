@@ -11,7 +11,8 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, train_tokenizer
 from seq2seq.decode.constrained import ConstrainedBeam, Spellings, _allocation
 from seq2seq.decode.glossary import term_use
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
-from seq2seq.decode.translator import Translator, cut_words, inner_ends
+from seq2seq.decode.spelling import cut_words, inner_ends
+from seq2seq.decode.translator import Translator
 from tests.constrained_cases import (
     ENGLISH,
     FRENCH,

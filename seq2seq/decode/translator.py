@@ -18,13 +18,13 @@ from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
 from seq2seq.data.term_annotation import annotate, keeps_markers
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.constrained import Spellings
 from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.sampling import line_streams
 from seq2seq.decode.search import decode
 from seq2seq.decode.sentences import split_sentences
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
+from seq2seq.decode.spelling import TermSpelling
 from seq2seq.errors import UserError
 from seq2seq.model.int8 import use_activation_scales
 from seq2seq.model.packed import pack_linears
@@ -34,12 +34,6 @@ from seq2seq.run.rundir import load_run
 from seq2seq.runtime import autocast_dtype, resolve_device
 
 log = logging.getLogger(__name__)
-
-# Where a word is written glued onto the one before it ("l'hôtel", "l’hôtel", "bouton-poussoir"),
-# the tokenizer cuts a term without its leading "▁"; the search counts that spelling too.
-GLUE_CONTEXTS = ("'", "’", "-")
-FINAL_MARKS = ".!?…"  # pieces made of these end a sentence
-GLUED_CACHE = 65_536  # terms whose glued spellings a translator remembers (a server's many)
 
 
 @dataclass(frozen=True)
@@ -87,6 +81,7 @@ class Translator:
         # (decoder layer, head) trained on word alignments (train.alignment), if one was.
         self.guided_head, self.shortlist = guided_head, shortlist
         self._cache: dict[str, Any] = {"warned": set()}  # shared by `with_decode` copies
+        self.spelling = TermSpelling(tokenizer, device)  # shared by `with_decode` copies too
 
     def with_decode(self, decode: DecodeConfig) -> Translator:
         """The same model, tokenizer and glossary, decoding with other settings (a request's)."""
@@ -256,13 +251,6 @@ class Translator:
                 _warn_unmet(hyps[0], numbers[j])
         return found
 
-    def glue_mask(self) -> torch.Tensor:
-        """Target pieces that continue the word before them (no "▁", a letter or digit first):
-        constrained search keeps them from right after a term. Computed once a translator."""
-        if "glue" not in self._cache:
-            self._cache["glue"] = glue_mask(self.tokenizer, self.device)
-        return self._cache["glue"]
-
 
 def _encode(
     tokenizer: Tokenizer,
@@ -293,8 +281,9 @@ def _decode_batch(
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
     constrained = {}
     if any(terms):
-        spellings = _spellings(translator, {t for ts in terms for t in ts}, src)
-        constrained = {"constraints": terms, "glue": translator.glue_mask(), "spellings": spellings}
+        spelling = translator.spelling
+        spellings = spelling.spellings({t for ts in terms for t in ts}, src)
+        constrained = {"constraints": terms, "glue": spelling.glue, "spellings": spellings}
     special = translator.tokenizer.ids
     if translator.shortlist is not None and not any(terms):  # terms: the whole vocabulary
         constrained["rows"] = translator.shortlist.rows(src, first)
@@ -318,93 +307,6 @@ def _not_finite(lines: list[int]) -> UserError:
         f"the model's scores are not finite (NaN or infinite) for input line(s) "
         f"{', '.join(map(str, lines))}: no translation; is the checkpoint damaged?"
     )
-
-
-def glue_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
-    """Which target pieces continue the word before them (no "▁", a letter or digit first)."""
-    mask = [not p.startswith("▁") and p[:1].isalnum() for p in tokenizer.tgt_vocabulary()]
-    return torch.tensor(mask, dtype=torch.bool, device=device)
-
-
-def _spellings(translator: Translator, terms: set[tuple[int, ...]], src: torch.Tensor) -> Spellings:
-    """How a batch's `terms` (token ids) are written (glued spellings, where a word is cut) and
-    where its source sentences end, the per-term part remembered across batches (in the
-    translator's cache, shared by its copies)."""
-    cache, tokenizer = translator._cache, translator.tokenizer
-    known = cache.setdefault("glued", {})
-    if len(known) > GLUED_CACHE:
-        known.clear()
-    for term in terms - known.keys():
-        glued = glued_spellings(tokenizer, term)
-        known[term] = glued, {t: cut_words(tokenizer, t) for t in (term, *glued)}
-    if "opens" not in cache:
-        cache["opens"] = opens_mask(tokenizer, translator.device)
-        cache["final"] = final_mask(tokenizer, translator.device)
-    stay = {t: flags for term in terms for t, flags in known[term][1].items()}
-    ends = tuple(inner_ends(tokenizer, row) for row in src.tolist())
-    glued = {t: known[t][0] for t in terms}
-    return Spellings(glued, cache["opens"], stay, cache["final"], ends)
-
-
-def cut_words(tokenizer: Tokenizer, spelling: tuple[int, ...]) -> tuple[bool, ...]:
-    """Per position j of a term's spelling, whether its first j tokens end inside a word or
-    on a sign that glues the next word on ("bouton-", "bouton-p" of "bouton-poussoir"), where
-    leaving the term would leave a fragment; not at a word's end ("bouton") or a lone "▁"."""
-    pieces = tokenizer.tgt_pieces(list(spelling))
-    flags = [False]
-    for before, after in zip(pieces, pieces[1:]):
-        word_end = before[-1:].isalnum() and not after[:1].isalnum()
-        flags.append(not (before == "▁" or after.startswith("▁") or word_end))
-    return tuple(flags)
-
-
-def final_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
-    """Which target pieces end a sentence: ".", "!", "?", "…" (with or without "▁")."""
-    mask = [_is_final(p) for p in tokenizer.tgt_vocabulary()]
-    return torch.tensor(mask, dtype=torch.bool, device=device)
-
-
-def _is_final(piece: str) -> bool:
-    text = piece.replace("▁", "")
-    return bool(text) and all(ch in FINAL_MARKS for ch in text)
-
-
-def inner_ends(tokenizer: Tokenizer, ids: list[int]) -> int:
-    """How many sentence ends a source holds before its last words (0 for one sentence)."""
-    special = {tokenizer.ids.pad, tokenizer.ids.eos}
-    pieces = tokenizer.src_pieces([i for i in ids if i not in special])
-    ends, words_after = 0, False
-    for piece in reversed(pieces):
-        if _is_final(piece) and words_after:
-            ends += 1
-        words_after = words_after or any(ch.isalnum() for ch in piece)
-    return ends
-
-
-def opens_mask(tokenizer: Tokenizer, device: torch.device) -> torch.Tensor:
-    """Which target pieces end without a letter or digit, so a word may start right after
-    them ("'" in "l'hôtel"): where a glued spelling of a term counts."""
-    mask = [not (p[-1:].isalnum() or p[-1:] == "_") for p in tokenizer.tgt_vocabulary()]
-    return torch.tensor(mask, dtype=torch.bool, device=device)
-
-
-def glued_spellings(tokenizer: Tokenizer, term: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
-    """A term's other segmentations: as the tokenizer cuts it right after an apostrophe or a
-    hyphen, without the leading "▁" ("hôtel" alone is "▁", "hôtel"; in "l'hôtel", "hôtel")."""
-    (text,) = tokenizer.decode_tgt([list(term)])
-    found: list[tuple[int, ...]] = []
-    contexts = tokenizer.encode_tgt([c + text for c in GLUE_CONTEXTS])
-    for context, ids in zip(GLUE_CONTEXTS, contexts):
-        pieces = tokenizer.tgt_pieces(ids)
-        for cut in range(1, len(pieces)):
-            head = "".join(pieces[:cut]).replace("▁", " ").strip()
-            if len(head) >= len(context):
-                tail = tuple(ids[cut:])
-                fits = head == context and not pieces[cut].startswith("▁")
-                if fits and tail != term and tail not in found and tokenizer.ids.unk not in tail:
-                    found.append(tail)
-                break
-    return tuple(found)
 
 
 def flatten(sources: list[Source]) -> tuple[list[list[int]], list[int], list, list]:
