@@ -1,0 +1,138 @@
+"""Translate a document: its segments, deduplicated, through the tag machinery in batches; what
+cannot be translated keeps its source text and is counted; the file rebuilt whole."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from seq2seq.decode.annotate import Annotation, annotate_sources
+from seq2seq.decode.glossary import Glossary
+from seq2seq.decode.markup import MalformedMarkup, Marked, parse, reinsert
+from seq2seq.decode.translator import Source, Translator
+from seq2seq.document.formats import reader
+
+log = logging.getLogger(__name__)
+
+BATCH = 64  # segments a step: the progress bar moves this often; the translator batches within
+
+# Why a segment kept its source text, as the report words it.
+TOO_LONG = "too long for the model"
+UNKNOWN = "a character the model cannot read"
+FAILED = "failed to translate"
+
+
+@dataclass
+class Report:
+    """What happened to a document's segments."""
+
+    segments: int = 0  # in the document, repeats included
+    unique: int = 0  # different segments with text to translate
+    translated: int = 0  # of the unique ones
+    kept: dict[str, int] = field(default_factory=dict)  # reason → unique segments kept as they were
+
+    def summary(self) -> str:
+        """One line for stderr."""
+        line = (
+            f"translated {self.translated} of {self.unique} different segments "
+            f"({self.segments} in the document)"
+        )
+        kept = ", ".join(f"{n} {why}" for why, n in self.kept.items() if n)
+        return f"{line}; kept in the source language: {kept}" if kept else line
+
+
+def translate_document(
+    translator: Translator,
+    data: bytes,
+    fmt: str,
+    *,
+    glossary: Glossary | None = None,
+    src_lang: str | None = None,
+    tgt_lang: str | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> tuple[bytes, Report]:
+    """The file `data` (format `fmt`) translated, and the report; `progress(n)` is called as
+    each n segments are done (the total is `Report.unique`, known once read: `count_segments`)."""
+    document = reader(fmt)(data)
+    texts = list(dict.fromkeys(s for s in document.segments if _has_words(s)))
+    report = Report(segments=len(document.segments), unique=len(texts))
+    if glossary is not None:
+        translator = copy.copy(translator)  # a request's glossary on a shared model
+        translator.glossary = glossary
+    done: dict[str, str] = {}
+    for at in range(0, len(texts), BATCH):
+        chunk = texts[at : at + BATCH]
+        done.update(_translate_chunk(translator, chunk, (src_lang, tgt_lang), report))
+        if progress is not None:
+            progress(len(chunk))
+    report.translated = sum(1 for s in texts if s in done)
+    return document.rebuild([done.get(s, s) for s in document.segments]), report
+
+
+def count_segments(data: bytes, fmt: str) -> int:
+    """How many different segments with words `translate_document` will translate."""
+    return len({s for s in reader(fmt)(data).segments if _has_words(s)})
+
+
+def _has_words(segment: str) -> bool:
+    try:
+        return any(c.isalpha() for c in parse(segment, "xml").text)
+    except MalformedMarkup:
+        return any(c.isalpha() for c in segment)
+
+
+def _translate_chunk(translator, chunk: list[str], languages, report: Report) -> dict[str, str]:
+    """Translations of the segments of `chunk` that can be translated (the others counted)."""
+    parsed: list[tuple[str, Marked]] = []
+    for segment in chunk:
+        try:
+            parsed.append((segment, parse(segment, "xml")))
+        except MalformedMarkup:  # a format module's bug, not the user's: the text stays
+            _kept(report, FAILED)
+    src_lang, tgt_lang = languages
+    sources = translator.prepare(
+        [m.text for _, m in parsed], src_lang=src_lang, tgt_lang=tgt_lang, truncate=False
+    )
+    ready: list[tuple[str, Marked, Source]] = []
+    for (segment, marked), source in zip(parsed, sources):
+        why = _untranslatable(translator, source)
+        if why is None:
+            ready.append((segment, marked, source))
+        else:
+            _kept(report, why)
+    try:
+        return _translated(translator, ready)
+    except Exception as e:  # noqa: BLE001  one bad segment must not sink its batch: one by one
+        log.info("a batch of %d segments failed (%s); translating them one by one", len(ready), e)
+    out = {}
+    for item in ready:
+        try:
+            out.update(_translated(translator, [item]))
+        except Exception as e:  # noqa: BLE001
+            log.warning("a segment kept its source text: %s", e)
+            _kept(report, FAILED)
+    return out
+
+
+def _translated(translator, ready: list[tuple[str, Marked, Source]]) -> dict[str, str]:
+    found = annotate_sources(translator, [s for *_, s in ready], Annotation(alignments=True))
+    return {
+        segment: reinsert(marked, a.text, a.alignment or [])
+        for (segment, marked, _), a in zip(ready, found)
+    }
+
+
+def _untranslatable(translator: Translator, source: Source) -> str | None:
+    """Why a prepared segment cannot be translated, or None."""
+    if any(len(seq) > translator.max_src_len for seq in source.segments):
+        return TOO_LONG
+    unk = translator.tokenizer.ids.unk
+    if any(unk in seq for seq in source.segments):
+        return UNKNOWN
+    return None
+
+
+def _kept(report: Report, why: str) -> None:
+    report.kept[why] = report.kept.get(why, 0) + 1

@@ -1,0 +1,136 @@
+"""XLIFF 1.2 and 2.x: each source without a translation is a segment; its translation becomes the
+target, inline codes kept (1.2: `<g>` pairs, `<x/> <bx/> <ex/> <ph> <bpt> <ept> <it>` points;
+2.x: `<pc>` and `<mrk>` pairs, `<ph/> <sc/> <ec/> <cp/>` points), and marked machine-translated
+(1.2: `state="needs-review-translation" state-qualifier="mt-suggestion"`; 2.x: the segment's
+`state="translated"` with `subState="seq2seq:mt"`). Read with lxml, which keeps namespace
+prefixes when it writes, behind the safe parse of safexml.py.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+
+from lxml import etree
+
+from seq2seq.document.inline import Pieces, decode, encode
+from seq2seq.document.safexml import parse_xml, write_xml
+from seq2seq.document.segments import Document
+from seq2seq.errors import UserError
+
+NS_12 = "urn:oasis:names:tc:xliff:document:1.2"
+NS_2 = "urn:oasis:names:tc:xliff:document:2.0"
+PAIRS = {"g", "pc", "mrk"}
+
+
+def read(data: bytes) -> Document:
+    """An XLIFF file's untranslated sources."""
+    tree = parse_xml(data, "XLIFF")
+    root = tree.getroot()
+    ns = etree.QName(root).namespace
+    if etree.QName(root).localname != "xliff" or ns not in (NS_12, NS_2):
+        raise UserError("not an XLIFF 1.2 or 2.x file (root <xliff> in the XLIFF namespace)")
+    units = list(_untranslated(root, ns))
+    found = [_segment(source) for source, _ in units]
+
+    def rebuild(translations: list[str]) -> bytes:
+        for (source, holder), (_, codes), t in zip(units, found, translations):
+            target = _target(source, holder, ns)
+            _fill(target, decode(t, codes))
+            if ns == NS_12:
+                target.set("state", "needs-review-translation")
+                target.set("state-qualifier", "mt-suggestion")
+            else:
+                holder.set("state", "translated")
+                holder.set("subState", "seq2seq:mt")
+        return write_xml(tree, data)
+
+    return Document([segment for segment, _ in found], rebuild)
+
+
+def _untranslated(root, ns: str) -> Iterator[tuple[etree._Element, etree._Element]]:
+    """(source, the element holding it and its target) of each source with no target text."""
+    holder = "trans-unit" if ns == NS_12 else "segment"
+    for element in root.iter(f"{{{ns}}}{holder}"):
+        if element.get("translate") == "no" or _unit(element, ns).get("translate") == "no":
+            continue
+        source = element.find(f"{{{ns}}}source")
+        target = element.find(f"{{{ns}}}target")
+        if source is None or (target is not None and "".join(target.itertext()).strip()):
+            continue
+        yield source, element
+
+
+def _unit(element, ns: str):
+    return element.getparent() if ns == NS_2 and element.getparent() is not None else element
+
+
+def _segment(source) -> tuple[str, dict]:
+    pieces = Pieces()
+    _walk(source, pieces)
+    return encode(pieces)
+
+
+def _walk(element, pieces: Pieces) -> None:
+    """The text and inline codes inside `element`, in order."""
+    pieces.text(element.text or "")
+    for child in element:
+        if not isinstance(child.tag, str):  # a comment or processing instruction: kept as a point
+            pieces.point(_alone(child))
+        elif etree.QName(child).localname in PAIRS:
+            shell = copy.copy(child)
+            shell[:] = []
+            shell.text = shell.tail = None
+            pieces.open(shell)
+            _walk(child, pieces)
+            pieces.close(None)
+        else:
+            pieces.point(_alone(child))
+        pieces.text(child.tail or "")
+
+
+def _alone(element):
+    out = copy.deepcopy(element)
+    out.tail = None
+    return out
+
+
+def _target(source, holder, ns: str):
+    """The holder's target, emptied, or a new one right after the source."""
+    target = holder.find(f"{{{ns}}}target")
+    if target is None:
+        target = etree.Element(f"{{{ns}}}target", nsmap=None)
+        source.addnext(target)
+        target.tail = source.tail
+    target.text = None
+    target[:] = []
+    space = source.get("{http://www.w3.org/XML/1998/namespace}space")
+    if space is not None:
+        target.set("{http://www.w3.org/XML/1998/namespace}space", space)
+    return target
+
+
+def _fill(target, items: list) -> None:
+    """Write decoded items into `target`: text, pairs opened (a copy of the source's) and
+    closed (None), points copied."""
+    stack, last = [target], None  # `last`: the element whose tail takes the next text
+
+    def add_text(text: str) -> None:
+        if last is None:
+            stack[-1].text = (stack[-1].text or "") + text
+        else:
+            last.tail = (last.tail or "") + text
+
+    for kind, value in items:
+        if kind == "text":
+            add_text(value)
+        elif value is None:  # a pair closes
+            last = stack.pop() if len(stack) > 1 else last
+        else:
+            element = copy.deepcopy(value)
+            stack[-1].append(element)
+            if etree.QName(element).localname in PAIRS and len(element) == 0 and not element.text:
+                stack.append(element)
+                last = None
+            else:
+                last = element
