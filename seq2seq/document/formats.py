@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from seq2seq.document import htmlpage, markdown, plaintext, po, subtitles, xliff
+from seq2seq.document import htmlpage, markdown, odf, ooxml, plaintext, po, subtitles, xliff
 from seq2seq.document.segments import Document
 from seq2seq.errors import UserError
 
@@ -18,6 +18,10 @@ FORMATS: dict[str, tuple[Callable[[bytes], Document], tuple[str, ...]]] = {
     "vtt": (subtitles.read_vtt, (".vtt",)),
     "po": (po.read, (".po", ".pot")),
     "xliff": (xliff.read, (".xlf", ".xliff")),
+    "docx": (ooxml.read, (".docx",)),
+    "pptx": (ooxml.read, (".pptx",)),
+    "odt": (odf.read, (".odt",)),
+    "odp": (odf.read, (".odp",)),
 }
 # Asked for often, not read this round: refused by name.
 REFUSED = {

@@ -1,0 +1,110 @@
+"""Zip packages (Office Open XML, OpenDocument) opened safely and written back part for part.
+
+An upload is refused before anything is decompressed when it is a CFB file (the container
+Office encrypts into), not a zip, encrypted, or a zip bomb: its parts' declared sizes add up to
+more than `MAX_RATIO` times the upload or `MAX_TOTAL` bytes. Reading is bounded by those declared
+sizes, and zipfile's CRC check refuses a part that decompresses to anything else. XML is parsed
+with entities unresolved, no network and no DTD, and a part with a DOCTYPE is refused outright.
+Rewritten, every part keeps its place, its ZipInfo and its compression; parts not rewritten
+keep their bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from lxml import etree
+
+from seq2seq.errors import UserError
+
+CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+MAX_RATIO = 100  # office XML compresses about 10×; a bomb by a thousand times or more
+MAX_TOTAL = 512 * 1024 * 1024
+MAX_PARTS = 10_000
+
+
+def open_package(data: bytes, kind: str) -> dict[str, bytes]:
+    """The parts of a zip package, by name in their order; UserError if it is not safe to open."""
+    if data[:8] == CFB_MAGIC:
+        raise UserError(
+            f"this {kind} is encrypted (password-protected) or in the old binary format; "
+            "save it unprotected in the current format and send it again"
+        )
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        infos = archive.infolist()
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, OSError) as e:
+        raise UserError(f"this {kind} is corrupt: not a readable zip package ({e})") from None
+    _check_infos(infos, len(data), kind)
+    parts = {}
+    try:
+        for info in infos:
+            with archive.open(info) as stream:
+                body = stream.read(info.file_size + 1)
+            if len(body) != info.file_size:
+                raise zipfile.BadZipFile(f"{info.filename} is not the size it declares")
+            parts[info.filename] = body
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, RuntimeError) as e:
+        raise UserError(f"this {kind} is corrupt: {e}") from None
+    return parts
+
+
+def _check_infos(infos: list[zipfile.ZipInfo], size: int, kind: str) -> None:
+    """Refuse encrypted parts, repeated names and sizes that would make a zip bomb."""
+    if not infos:
+        raise UserError(f"this {kind} is corrupt: an empty zip package")
+    if len(infos) > MAX_PARTS:
+        raise UserError(f"this {kind} has {len(infos)} parts, more than {MAX_PARTS}")
+    if any(info.flag_bits & 0x1 for info in infos):
+        raise UserError(f"this {kind} is encrypted; send it without a password")
+    if len({info.filename for info in infos}) != len(infos):
+        raise UserError(f"this {kind} is corrupt: two parts have the same name")
+    total = sum(info.file_size for info in infos)
+    limit = min(MAX_RATIO * size, MAX_TOTAL)
+    if total > limit:
+        raise UserError(
+            f"this {kind} would unpack to {total} bytes, more than {limit} "
+            f"({MAX_RATIO}× its {size} bytes, at most {MAX_TOTAL}): refused as a zip bomb"
+        )
+
+
+def write_package(data: bytes, replaced: dict[str, bytes]) -> bytes:
+    """The package `data` with the parts in `replaced` rewritten, everything else as it was."""
+    source = zipfile.ZipFile(io.BytesIO(data))
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if info.filename in replaced:
+                body = replaced[info.filename]
+            else:
+                body = source.read(info)
+            target.writestr(info, body)
+    return out.getvalue()
+
+
+def parse_xml(body: bytes, name: str, kind: str) -> etree._ElementTree:
+    """A part's XML tree, parsed without entities, network or DTD; UserError on a DOCTYPE."""
+    parser = etree.XMLParser(
+        resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False
+    )
+    try:
+        tree = etree.fromstring(body, parser).getroottree()
+    except etree.XMLSyntaxError as e:
+        raise UserError(f"this {kind} is corrupt: {name} is not well-formed XML ({e})") from None
+    if tree.docinfo.doctype or tree.docinfo.internalDTD is not None:
+        raise UserError(
+            f"this {kind} is refused: {name} declares a DOCTYPE (entities are never expanded)"
+        )
+    return tree
+
+
+def serialize_xml(tree: etree._ElementTree) -> bytes:
+    """A part's XML written back with its declaration, encoding and standalone flag."""
+    info = tree.docinfo
+    return etree.tostring(
+        tree,
+        xml_declaration=True,
+        encoding=info.encoding or "UTF-8",
+        standalone=info.standalone,
+    )
