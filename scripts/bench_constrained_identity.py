@@ -40,7 +40,8 @@ sys.path.insert(0, str(REPO))
 from seq2seq.config import run_decode  # noqa: E402
 from seq2seq.data.term_dictionary import WORD, dice_dictionary  # noqa: E402
 from seq2seq.decode.glossary import make_glossary, occurrences  # noqa: E402
-from seq2seq.decode.translator import flatten, load_translator  # noqa: E402
+from seq2seq.decode.segments import flatten  # noqa: E402
+from seq2seq.decode.translator import load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
 
@@ -61,9 +62,9 @@ def with_terms(translator, lines: list[str], constraints=None, glossary=None):
     """(text, score, answered by the plain beam) of each line's best output, decoded whole
     with `constraints` (per line) or `glossary`."""
     sources = translator.prepare(lines, constraints=constraints, glossary=glossary)
-    ids, owner, terms, firsts = flatten(sources)
-    found = translator.search(ids, owner, terms, firsts)
-    best = {i: hyps[0] for i, hyps in zip(owner, found)}
+    segments = flatten(sources)
+    found = translator.search(segments)
+    best = {s.owner: hyps[0] for s, hyps in zip(segments, found)}
     texts = translator.tokenizer.decode_tgt([best[i].tokens for i in sorted(best)])
     out = [("", 0.0, True)] * len(lines)
     for i, text in zip(sorted(best), texts):

@@ -26,8 +26,9 @@ import sacrebleu
 import torch
 
 from seq2seq.config import load_run_config, run_decode
+from seq2seq.decode.segments import flatten
 from seq2seq.decode.shortlist import build_run_shortlist, shortlist_path
-from seq2seq.decode.translator import Translator, flatten, load_translator
+from seq2seq.decode.translator import Translator, load_translator
 
 
 def _args() -> argparse.Namespace:
@@ -54,7 +55,7 @@ def _lines(path: Path, limit: int) -> list[str]:
 
 def mean_rows(translator: Translator, lines: list[str]) -> float:
     """The mean number of target ids a batch of `lines` scores with the translator's shortlist."""
-    ids = flatten(translator.prepare(lines))[0]
+    ids = [s.ids for s in flatten(translator.prepare(lines))]
     counts = [translator.shortlist.rows(src).numel() for _, src in translator.batched(ids)]
     return sum(counts) / max(1, len(counts))
 

@@ -63,7 +63,7 @@ from seq2seq.config import load_run_config, with_changes  # noqa: E402
 from seq2seq.data.term_dictionary import WORD, dice_dictionary  # noqa: E402
 from seq2seq.decode.evaluate import score  # noqa: E402
 from seq2seq.decode.glossary import make_glossary, term_use  # noqa: E402
-from seq2seq.decode.translator import load_translator, term_mode  # noqa: E402
+from seq2seq.decode.translator import load_translator  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "enfr"
 PASSES = 3
@@ -434,7 +434,7 @@ def glossary_outputs(translator, lines: list[str], glossary, mode: str):
     start = time.perf_counter()
     found = t.translate_sources(t.prepare(lines, glossary=glossary))
     seconds = time.perf_counter() - start
-    return [best[0][0] for best in found], seconds, term_mode(t, t.decode)
+    return [best[0][0] for best in found], seconds, t.terms.mode(t.decode)
 
 
 def mode_figures(outputs: list[str], rows: list[dict], made_up: set[str]) -> dict:

@@ -21,6 +21,7 @@ from seq2seq.decode.alignment import (
     word_attention,
 )
 from seq2seq.decode.annotate import Annotation, annotate
+from seq2seq.decode.segments import Segment, flatten
 from seq2seq.decode.translator import load_translator
 from seq2seq.model.cross_attention import cross_attention_weights
 from tests.factories import untrained_run
@@ -97,7 +98,7 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
 def test_search_keeps_each_batchs_encoder_output_for_the_replay(translator):
     ids = translator.tokenizer.encode_src(LINES[:1] + LINES[2:])
     with encoder_outputs_kept(translator.model) as kept:
-        translator.search(ids, list(range(len(ids))))
+        translator.search([Segment(seq, j, line=j) for j, seq in enumerate(ids)])
     assert "encode" not in vars(translator.model)  # the method again
     special = translator.tokenizer.ids
     assert len(kept) == len(translator.batches(ids))
@@ -119,7 +120,7 @@ def test_token_probabilities_multiply_to_the_hypothesis_probability_the_search_f
             assert all(0.0 < p <= 1.0 for p in a.token_probs)
     # A line of one sentence: its tokens' log-probabilities sum to what search scored.
     sources = translator.prepare([LINES[0]])
-    hyp = translator.search([list(sources[0].segments[0])], [0])[0][0]
+    hyp = translator.search(flatten(sources))[0][0]
     assert sum(math.log(p) for p in found[0].token_probs) == pytest.approx(hyp.log_prob, abs=1e-3)
     assert len(found[0].token_probs) == len(hyp.tokens) + 1  # EOS included
 

@@ -20,8 +20,9 @@ import torch
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.decode.score import score_files, score_pairs, target_log_probs
+from seq2seq.decode.segments import flatten
 from seq2seq.decode.step import next_token_scores, start
-from seq2seq.decode.translator import Translator, flatten, load_translator
+from seq2seq.decode.translator import Translator, load_translator
 from seq2seq.errors import UserError
 from tests.factories import untrained_run
 from tests.hf_models import LAYOUTS, bpe_model, save_m2m100, save_marian
@@ -64,9 +65,9 @@ def _searched(translator: Translator, lines: list[str], beam: int, cap: int = 24
     and the padded source batch."""
     options = {"beam_size": beam, "split_sentences": False, "max_len_a": 0.0, "max_len_b": cap}
     translator = translator.with_decode(translator.decode.model_copy(update=options))
-    ids, owner, terms, firsts = flatten(translator.prepare(lines))
-    best = [hyps[0] for hyps in translator.search(ids, owner, terms, firsts)]
-    return best, pad(ids, pad_id=translator.tokenizer.ids.pad)
+    segments = flatten(translator.prepare(lines))
+    best = [hyps[0] for hyps in translator.search(segments)]
+    return best, pad([s.ids for s in segments], pad_id=translator.tokenizer.ids.pad)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ from seq2seq.data.batching import pad
 from seq2seq.data.tokenizer import DEFAULT_IDS, EOS_ID, train_tokenizer
 from seq2seq.decode import shortlist as shortlist_module
 from seq2seq.decode.search import decode
+from seq2seq.decode.segments import flatten
 from seq2seq.decode.shortlist import (
     FILE_NAME,
     Shortlist,
@@ -21,7 +22,7 @@ from seq2seq.decode.shortlist import (
     load_shortlist,
     save_shortlist,
 )
-from seq2seq.decode.translator import flatten, load_translator
+from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.model.quantize import quantize_int8
 from tests.factories import tiny_model, tiny_shape, untrained_pairs_run, untrained_run
@@ -216,8 +217,7 @@ def test_a_many_language_runs_forced_language_tags_stay_reachable(tmp_path, demo
     assert {4, 5} <= set(translator.shortlist.always.tolist())  # >>en<< and >>fr<<
     for src_lang, tgt_lang, tag in (("en", "fr", 5), ("fr", "en", 4)):
         sources = translator.prepare(["le chat"], src_lang=src_lang, tgt_lang=tgt_lang)
-        ids, owner, terms, firsts = flatten(sources)
-        (hyps,) = translator.search(ids, owner, terms, firsts)
+        (hyps,) = translator.search(flatten(sources))
         assert hyps[0].tokens[0] == tag
 
 

@@ -28,7 +28,8 @@ from seq2seq.decode.alignment import (
 )
 from seq2seq.decode.hypothesis import Hypothesis
 from seq2seq.decode.markup import MalformedMarkup, parse, reinsert
-from seq2seq.decode.translator import Source, Translator, flatten, joined_hypothesis
+from seq2seq.decode.segments import Source, flatten
+from seq2seq.decode.translator import Translator, joined_hypothesis
 from seq2seq.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -120,18 +121,16 @@ def annotate_sources(
     """`annotate` of lines already prepared (`Translator.prepare`'s Sources); `wanted`: as
     `Translator.translate_sources` (lines given up on come back empty)."""
     lines = sources  # one output a source
-    ids, owner, terms, firsts = flatten(sources)
+    segments = flatten(sources)
+    ids = [s.ids for s in segments]
     extra = annotation.alignments or annotation.token_probs
     keep = encoder_outputs_kept(translator.model) if extra else nullcontext({})
     with keep as kept:
-        numbers = [sources[i].line for i in owner]  # sampling streams follow input lines
-        hyps = [
-            found[0] for found in translator.search(ids, owner, terms, firsts, wanted, numbers)
-        ]
+        hyps = [found[0] for found in translator.search(segments, wanted)]
     replayed = replay_segments(translator, ids, hyps, annotation, kept) if extra and ids else []
     by_line: dict[int, list[int]] = {}
-    for j, i in enumerate(owner):
-        by_line.setdefault(i, []).append(j)
+    for j, segment in enumerate(segments):
+        by_line.setdefault(segment.owner, []).append(j)
     out = [
         Annotated("", 0.0, [] if annotation.alignments else None, [] if extra else None)
         for _ in lines

@@ -6,23 +6,21 @@ import copy
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import torch
 
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
-from seq2seq.data.term_annotation import annotate, keeps_markers
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
+from seq2seq.decode.glossary import Glossary, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.sampling import line_streams
 from seq2seq.decode.search import decode
-from seq2seq.decode.sentences import split_sentences
+from seq2seq.decode.segments import LineTerms, Segment, Source, flatten
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.decode.spelling import TermSpelling
 from seq2seq.errors import UserError
@@ -34,24 +32,6 @@ from seq2seq.run.rundir import load_run
 from seq2seq.runtime import autocast_dtype, resolve_device
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Source:
-    """One input line ready to decode: the token ids of each of its sentences (none for a
-    blank line), each ending with EOS, and the target terms (token ids) each must hold."""
-
-    segments: tuple[tuple[int, ...], ...]
-    constraints: tuple[tuple[tuple[int, ...], ...], ...] = ()  # per segment; () for none
-    first: int | None = None  # the target's forced first token (a many-language model's tag)
-    # Markup taken out of the line (serve's "format"): put back around the aligned words.
-    marked: Any = field(default=None, compare=False)
-    line: int = field(default=0, compare=False)  # its 0-based line in the job's input, for messages
-
-    @property
-    def tokens(self) -> int:
-        """Source tokens, EOS included."""
-        return sum(len(seq) for seq in self.segments)
 
 
 class Translator:
@@ -80,8 +60,8 @@ class Translator:
         self.glossary = glossary  # terms every line is checked for, if any
         # (decoder layer, head) trained on word alignments (train.alignment), if one was.
         self.guided_head, self.shortlist = guided_head, shortlist
-        self._cache: dict[str, Any] = {"warned": set()}  # shared by `with_decode` copies
-        self.spelling = TermSpelling(tokenizer, device)  # shared by `with_decode` copies too
+        # Shared by `with_decode` copies: what they work out of the tokenizer, and warned about.
+        self.spelling, self.terms = TermSpelling(tokenizer, device), LineTerms(tokenizer)
 
     def with_decode(self, decode: DecodeConfig) -> Translator:
         """The same model, tokenizer and glossary, decoding with other settings (a request's)."""
@@ -145,9 +125,15 @@ class Translator:
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
         split = options.split_sentences and options.nbest == 1
-        mode = term_mode(self, options) if glossary is not None else "constrain"
-        segments, owner, terms = _segments(
-            lines, constraints, glossary, split, src_lang, first_line, mode
+        mode = self.terms.mode(options) if glossary is not None else "constrain"
+        segments, owner, terms = self.terms.split(
+            lines,
+            constraints,
+            glossary,
+            split=split,
+            src_lang=src_lang,
+            first=first_line,
+            mode=mode,
         )
         if any(terms) and options.beam_size < 2:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
@@ -160,7 +146,7 @@ class Translator:
             pieces[i].append(tuple(seq))
             where = f"input line {first_line + i + 1}"
             if constraints is None:  # a glossary's: a term the model cannot write is skipped
-                found = _writable(self.tokenizer, found, where, self._cache["warned"])
+                found = self.terms.writable(found, where)
             wanted[i].append(
                 term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
             )
@@ -171,31 +157,37 @@ class Translator:
         ]
 
     def translate_sources(
-        self, sources: list[Source], wanted: Callable[[int], bool] | None = None
+        self,
+        sources: list[Source],
+        wanted: Callable[[int], bool] | None = None,
+        options: DecodeConfig | None = None,
     ) -> list[list[tuple[str, float]]]:
-        """`translate_nbest` of lines already prepared (split and encoded). `wanted(i)`, asked
-        while decoding, says whether line i's result is still awaited; the lines it gives up
-        on stop early and come back empty."""
+        """`translate_nbest` of lines already prepared (split and encoded), with `options`
+        (default: the translator's). `wanted(i)`, asked while decoding, says whether line i's
+        result is still awaited; the lines it gives up on stop early and come back empty."""
+        options = options or self.decode
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
-        ids, owner, terms, firsts = flatten(sources)
+        segments = flatten(sources)
         by_line: dict[int, list[list[Hypothesis]]] = {}
-        numbers = [sources[i].line for i in owner]
-        for i, hyps in zip(owner, self.search(ids, owner, terms, firsts, wanted, numbers)):
-            by_line.setdefault(i, []).append(hyps)
+        for segment, hyps in zip(segments, self.search(segments, wanted, options)):
+            by_line.setdefault(segment.owner, []).append(hyps)
         for i, pieces in by_line.items():
             if wanted is not None and not wanted(i):
                 continue  # stopped part-way: whatever the search holds is not a translation
-            hyps = pieces[0] if len(pieces) == 1 else [joined_hypothesis(pieces, self.decode)]
+            hyps = pieces[0] if len(pieces) == 1 else [joined_hypothesis(pieces, options)]
             texts = self.tokenizer.decode_tgt([h.tokens for h in hyps])
             # Never a newline inside an output line.
             out[i] = [(" ".join(t.split()), h.score) for t, h in zip(texts, hyps)]
         return out
 
-    def batches(self, ids: list[list[int]]) -> list[list[int]]:
+    def batches(self, ids: list[list[int]], options: DecodeConfig | None = None) -> list[list[int]]:
         """Indices of `ids` in the length-sorted batches they are decoded in."""
-        return decode_batches(ids, self.decode.batch_size, self.decode.max_tokens)
+        options = options or self.decode
+        return decode_batches(ids, options.batch_size, options.max_tokens)
 
-    def batched(self, ids: list[list[int]]) -> Iterator[tuple[list[int], torch.Tensor]]:
+    def batched(
+        self, ids: list[list[int]], options: DecodeConfig | None = None
+    ) -> Iterator[tuple[list[int], torch.Tensor]]:
         """The one batched engine: (indices, padded sources on the device) of each batch,
         the model in eval mode and under the run's autocast while the caller uses it."""
         was_training = self.model.training
@@ -206,7 +198,7 @@ class Translator:
             else nullcontext()
         )
         try:
-            for chunk in self.batches(ids):
+            for chunk in self.batches(ids, options):
                 src = pad([ids[j] for j in chunk], pad_id=self.tokenizer.ids.pad)
                 with amp:
                     yield chunk, src.to(self.device)
@@ -215,40 +207,26 @@ class Translator:
 
     def search(
         self,
-        ids: list[list[int]],
-        owner: list[int],
-        terms: list | None = None,
-        firsts: list[int | None] | None = None,
+        segments: list[Segment],
         wanted: Callable[[int], bool] | None = None,
-        numbers: list[int] | None = None,
+        options: DecodeConfig | None = None,
     ) -> list[list[Hypothesis]]:
-        """The n-best hypotheses of each encoded segment (`owner`: its input line index;
-        `terms`, `firsts`: its target terms and forced first token, as a Source holds them;
-        `wanted`: see translate_sources; `numbers`: 0-based line numbers, for messages and for
-        each sentence's sampling stream)."""
-        numbers = numbers or owner
-        streams = line_streams(numbers)  # a sentence samples from its own stream
-        terms = terms or [()] * len(ids)
-        firsts = firsts or [None] * len(ids)
-        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in ids]
-        for chunk, src in self.batched(ids):
+        """The n-best hypotheses of each segment, with `options` (default: the translator's;
+        `wanted`: see translate_sources)."""
+        options = options or self.decode
+        streams = line_streams([s.line for s in segments])  # a sentence samples its own stream
+        found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]
+        for chunk, src in self.batched([s.ids for s in segments], options):
+            batch = [segments[j] for j in chunk]
             dropped = None
             if wanted is not None:
-                dropped = partial(_unwanted, wanted, [owner[j] for j in chunk])
+                dropped = partial(_unwanted, wanted, [s.owner for s in batch])
                 if all(dropped()):
                     continue
-            results = _decode_batch(
-                self,
-                src,
-                [terms[j] for j in chunk],
-                [firsts[j] for j in chunk],
-                dropped,
-                [numbers[j] for j in chunk],
-                [streams[j] for j in chunk],
-            )
+            results = _decode_batch(self, src, batch, options, dropped, [streams[j] for j in chunk])
             for j, hyps in zip(chunk, results):
                 found[j] = hyps
-                _warn_unmet(hyps[0], numbers[j])
+                _warn_unmet(hyps[0], segments[j].line)
         return found
 
 
@@ -275,9 +253,10 @@ def _encode(
 
 
 def _decode_batch(
-    translator: Translator, src, terms: list, firsts: list[int | None], dropped, owner, streams
+    translator: Translator, src, batch: list[Segment], options: DecodeConfig, dropped, streams
 ):
     # Rows of one batch may start different target languages (a server's requests).
+    firsts, terms = [s.first for s in batch], [s.terms for s in batch]
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
     constrained = {}
     if any(terms):
@@ -291,7 +270,7 @@ def _decode_batch(
         return decode(
             translator.model,
             src,
-            translator.decode,
+            options,
             special=special,
             dropped=dropped,
             first=first,
@@ -299,7 +278,7 @@ def _decode_batch(
             **constrained,
         )
     except SearchError as e:
-        raise _not_finite(sorted({owner[i] + 1 for i in e.sentences})) from None
+        raise _not_finite(sorted({batch[i].line + 1 for i in e.sentences})) from None
 
 
 def _not_finite(lines: list[int]) -> UserError:
@@ -307,99 +286,6 @@ def _not_finite(lines: list[int]) -> UserError:
         f"the model's scores are not finite (NaN or infinite) for input line(s) "
         f"{', '.join(map(str, lines))}: no translation; is the checkpoint damaged?"
     )
-
-
-def flatten(sources: list[Source]) -> tuple[list[list[int]], list[int], list, list]:
-    """The segments of prepared lines, one list each: ids, owner line, terms, first token."""
-    ids, owner, terms, firsts = [], [], [], []
-    for i, source in enumerate(sources):
-        ids += [list(seq) for seq in source.segments]
-        owner += [i] * len(source.segments)
-        terms += list(source.constraints) or [()] * len(source.segments)
-        firsts += [source.first] * len(source.segments)
-    return ids, owner, terms, firsts
-
-
-def term_mode(translator: Translator, options: DecodeConfig) -> str:
-    """How a glossary's terms are applied: as `options.term_mode` says, but by constraints
-    (warned about once) where the run's tokenizer lacks the term markers."""
-    cache = translator._cache
-    if options.term_mode == "constrain":
-        return "constrain"
-    if "markers" not in cache:
-        cache["markers"] = keeps_markers(translator.tokenizer)
-    if cache["markers"]:
-        return options.term_mode
-    if ("term_mode",) not in cache["warned"]:
-        cache["warned"].add(("term_mode",))
-        log.warning(
-            "term mode %s: the run's tokenizer has no term markers (<t>, </t>), so the model "
-            "was not trained with data.augment.terms; the glossary is applied by constraints",
-            options.term_mode,
-        )
-    return "constrain"
-
-
-def _segments(
-    lines,
-    constraints,
-    glossary: Glossary | None,
-    split: bool,
-    src_lang: str,
-    first: int,
-    mode: str = "constrain",
-):
-    """What is decoded (a line, or its sentences), the line each belongs to, and its target
-    terms (given per line, else the glossary's found in that segment; `first`: the 0-based
-    number of the first line, for messages). With `mode` annotate or both, each glossary hit
-    is annotated inline in its segment; with annotate, it is no constraint."""
-    segments, owner, terms = [], [], []
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        given = constraints[i] if constraints is not None else None
-        whole = not split or bool(given)
-        parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
-        where = f"input line {first + i + 1}"
-        for part in (p.strip() for p in parts):
-            owner.append(i)
-            if given is not None:
-                segments.append(part)
-                terms.append(check_terms(given, where))
-                continue
-            hits = glossary.find(part) if glossary else []
-            segments.append(annotate(part, hits) if mode != "constrain" else part)
-            wanted = [] if mode == "annotate" else [target for *_, target in hits]
-            terms.append(check_terms(_at_most(wanted, where), where))
-    return segments, owner, terms
-
-
-def _at_most(terms: list[str], where: str) -> list[str]:
-    """A glossary's hits in one sentence, the MAX_CONSTRAINTS longest when there are more
-    (each is a bank of the beam): the sentence is still translated, with a warning."""
-    if len(terms) <= MAX_CONSTRAINTS:
-        return terms
-    keep = set(sorted(range(len(terms)), key=lambda j: -len(terms[j]))[:MAX_CONSTRAINTS])
-    log.warning(
-        "%s: %d glossary terms found; the %d longest are kept", where, len(terms), MAX_CONSTRAINTS
-    )
-    return [t for j, t in enumerate(terms) if j in keep]
-
-
-def _writable(tokenizer: Tokenizer, terms: list[str], where: str, warned: set) -> list[str]:
-    """A glossary's terms less those with pieces the model cannot output (each warned about
-    once: `warned` holds those already named)."""
-    unk = tokenizer.ids.unk
-    out = []
-    for term, ids in zip(terms, tokenizer.encode_tgt(terms) if terms else []):
-        if unk not in ids:
-            out.append(term)
-        elif term not in warned:
-            warned.add(term)
-            log.warning(
-                "%s: glossary term %r has pieces the model cannot output; skipped", where, term
-            )
-    return out
 
 
 def _warn_unmet(best: Hypothesis, line: int) -> None:

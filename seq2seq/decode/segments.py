@@ -1,0 +1,148 @@
+"""What is decoded of input lines: each line, or each of its sentences, with the target terms
+it must hold (given per line, or a glossary's hits in it), as one record a segment."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.term_annotation import annotate, keeps_markers
+from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms
+from seq2seq.decode.sentences import split_sentences
+
+log = logging.getLogger(__name__)
+
+Terms = tuple[tuple[int, ...], ...]  # target terms as token ids
+
+
+@dataclass(frozen=True)
+class Source:
+    """One input line ready to decode: the token ids of each of its sentences (none for a
+    blank line), each ending with EOS, and the target terms (token ids) each must hold."""
+
+    segments: tuple[tuple[int, ...], ...]
+    constraints: tuple[Terms, ...] = ()  # per segment; () for none
+    first: int | None = None  # the target's forced first token (a many-language model's tag)
+    # Markup taken out of the line (serve's "format"): put back around the aligned words.
+    marked: Any = field(default=None, compare=False)
+    line: int = field(default=0, compare=False)  # its 0-based line in the job's input, for messages
+
+    @property
+    def tokens(self) -> int:
+        """Source tokens, EOS included."""
+        return sum(len(seq) for seq in self.segments)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One encoded sentence (or whole line) of a prepared line, as the search takes it."""
+
+    ids: list[int]
+    owner: int  # the index of its line among the lines decoded together
+    terms: Terms = ()
+    first: int | None = None  # its forced first token, if any
+    line: int = 0  # its line's 0-based number in the job's input (messages, sampling streams)
+
+
+def flatten(sources: list[Source]) -> list[Segment]:
+    """The segments of prepared lines, in order."""
+    return [
+        Segment(list(seq), i, terms, source.first, source.line)
+        for i, source in enumerate(sources)
+        for seq, terms in zip(source.segments, source.constraints or [()] * len(source.segments))
+    ]
+
+
+class LineTerms:
+    """Splits lines into segments and finds the target terms of each, warning once per term a
+    glossary's model cannot write and once about a term mode the tokenizer cannot carry."""
+
+    def __init__(self, tokenizer: Tokenizer):
+        self.tokenizer = tokenizer
+        self.warned: set[str] = set()  # glossary terms named in a warning already
+        self.mode_warned = False
+
+    @cached_property
+    def markers(self) -> bool:
+        """Whether the tokenizer keeps the term markers (<t>, </t>) whole."""
+        return keeps_markers(self.tokenizer)
+
+    def mode(self, options: DecodeConfig) -> str:
+        """How a glossary's terms are applied: as `options.term_mode` says, but by constraints
+        (warned about once) where the run's tokenizer lacks the term markers."""
+        if options.term_mode == "constrain" or self.markers:
+            return options.term_mode
+        if not self.mode_warned:
+            self.mode_warned = True
+            log.warning(
+                "term mode %s: the run's tokenizer has no term markers (<t>, </t>), so the model "
+                "was not trained with data.augment.terms; the glossary is applied by constraints",
+                options.term_mode,
+            )
+        return "constrain"
+
+    def split(
+        self,
+        lines,
+        constraints,
+        glossary: Glossary | None,
+        *,
+        split: bool,
+        src_lang: str,
+        first: int,
+        mode: str = "constrain",
+    ):
+        """What is decoded (a line, or its sentences), the line each belongs to, and its target
+        terms (given per line, else the glossary's found in that segment; `first`: the 0-based
+        number of the first line, for messages). With `mode` annotate or both, each glossary
+        hit is annotated inline in its segment; with annotate, it is no constraint."""
+        segments, owner, terms = [], [], []
+        for i, line in enumerate(lines):
+            if not line.strip():
+                continue
+            given = constraints[i] if constraints is not None else None
+            whole = not split or bool(given)
+            parts = [line] if whole else split_sentences(line.strip(), src_lang.split("_")[0])
+            where = f"input line {first + i + 1}"
+            for part in (p.strip() for p in parts):
+                owner.append(i)
+                if given is not None:
+                    segments.append(part)
+                    terms.append(check_terms(given, where))
+                    continue
+                hits = glossary.find(part) if glossary else []
+                segments.append(annotate(part, hits) if mode != "constrain" else part)
+                wanted = [] if mode == "annotate" else [target for *_, target in hits]
+                terms.append(check_terms(_at_most(wanted, where), where))
+        return segments, owner, terms
+
+    def writable(self, terms: list[str], where: str) -> list[str]:
+        """A glossary's terms less those with pieces the model cannot output (each warned
+        about once)."""
+        unk = self.tokenizer.ids.unk
+        out = []
+        for term, ids in zip(terms, self.tokenizer.encode_tgt(terms) if terms else []):
+            if unk not in ids:
+                out.append(term)
+            elif term not in self.warned:
+                self.warned.add(term)
+                log.warning(
+                    "%s: glossary term %r has pieces the model cannot output; skipped", where, term
+                )
+        return out
+
+
+def _at_most(terms: list[str], where: str) -> list[str]:
+    """A glossary's hits in one sentence, the MAX_CONSTRAINTS longest when there are more
+    (each is a bank of the beam): the sentence is still translated, with a warning."""
+    if len(terms) <= MAX_CONSTRAINTS:
+        return terms
+    keep = set(sorted(range(len(terms)), key=lambda j: -len(terms[j]))[:MAX_CONSTRAINTS])
+    log.warning(
+        "%s: %d glossary terms found; the %d longest are kept", where, len(terms), MAX_CONSTRAINTS
+    )
+    return [t for j, t in enumerate(terms) if j in keep]
