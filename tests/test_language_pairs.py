@@ -14,7 +14,9 @@ from datasets import Dataset
 from seq2seq.config import load_config, load_run_config
 from seq2seq.data.batching import epoch_batches, sampling_probabilities
 from seq2seq.data.corpus import Part, prepare_data
+from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.decode.translator import load_translator
+from seq2seq.errors import UserError
 from seq2seq.run.runlog import MetricsLog
 from seq2seq.train.state import TrainState
 from seq2seq.train.validation import Validator, bleu_rows
@@ -48,6 +50,21 @@ def test_language_tags_are_single_pieces_with_the_ids_the_config_names(untrained
     ids = tr.tokenizer.encode_src(["hello >>fr<< world"], "en", "fr")[0]
     assert ids.count(5) == (2 if how == "source_tag" else 1)
     assert ">>" not in tr.tokenizer.decode_tgt([ids])[0]
+
+
+def test_a_tagged_tokenizer_checks_languages_and_forces_the_first_token_when_told(
+    untrained_pairs,
+):
+    how, run = untrained_pairs
+    cfg = load_run_config(run)
+    tok = load_run_tokenizer(run, cfg.tokenizer)
+    assert tok.languages == {"en": 4, "fr": 5}
+    assert tok.check_languages(("fr", "en"), ("en", "fr")) == ("fr", "en")
+    assert tok.check_languages((None, None), ("en", "fr")) == ("en", "fr")
+    with pytest.raises(UserError, match="'de' is not one of the model's languages: en, fr"):
+        tok.check_languages((None, "de"), ("en", "fr"))
+    assert tok.first_target_token("en") == (4 if how == "forced_first" else None)
+    assert (tok.encode_tgt(["le chat"], "en")[0][0] == 4) == (how == "forced_first")
 
 
 def test_each_direction_is_trained_with_its_own_tag(untrained_pairs):

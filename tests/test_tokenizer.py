@@ -36,3 +36,24 @@ def test_separate_vocabularies_are_saved_and_reloaded(tmp_path, demo_pairs):
 def test_missing_tokenizer_model_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="tokenizer model missing from the run directory"):
         load_tokenizer(tmp_path, joint=True)
+
+
+def test_a_one_pair_tokenizer_takes_languages_but_its_ids_do_not_depend_on_them(
+    tmp_path, demo_pairs
+):
+    src = [a for a, _ in demo_pairs]
+    tgt = [b for _, b in demo_pairs]
+    tok = train_tokenizer(TokenizerConfig(vocab_size=200), src, tgt, tmp_path)
+    assert tok.languages == {}
+    assert tok.encode_src(src[:2], "en", "fr") == tok.encode_src(src[:2])
+    assert tok.encode_tgt(tgt[:2], "fr") == tok.encode_tgt(tgt[:2])
+    assert tok.first_target_token("fr") is None  # nothing is forced
+
+
+def test_a_one_pair_tokenizer_takes_its_own_languages_only(tmp_path, demo_pairs):
+    src = [a for a, _ in demo_pairs]
+    tok = train_tokenizer(TokenizerConfig(vocab_size=200), src, src, tmp_path)
+    assert tok.check_languages((None, None), ("en", "fr")) == ("en", "fr")
+    assert tok.check_languages(("en", "fr"), ("en", "fr")) == ("en", "fr")
+    with pytest.raises(UserError, match="target language 'de': this model translates en → fr only"):
+        tok.check_languages((None, "de"), ("en", "fr"))

@@ -24,7 +24,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, Tokenizer, read_json
+from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, Tokenizer, VocabTokenizer, read_json
 from seq2seq.errors import UserError
 
 SPM_FILE = "sentencepiece.bpe.model"
@@ -59,7 +59,7 @@ def unknown_language(code: str | None, known: dict[str, int], what: str = "langu
     return UserError(f"{what} {code!r} is not one of the model's languages: {names}")
 
 
-class LanguageTokenizer(Tokenizer):
+class LanguageTokenizer(VocabTokenizer):
     """One SentencePiece model, fairseq dictionary ids, atomic language tokens and the source
     and target language rules of M2M100/NLLB (see the module docstring)."""
 
@@ -72,40 +72,40 @@ class LanguageTokenizer(Tokenizer):
         src_lang: str = "",
         tgt_lang: str = "",
     ):
-        super().__init__(sp, sp, SpecialIds.of(cfg))
-        self.cfg, self.vocab = cfg, vocab
-        self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self.languages = dict(cfg.languages)
-        atomic = {SPECIAL_STRINGS[r]: getattr(self.ids, r) for r in SPECIAL_STRINGS}
+        ids = SpecialIds.of(cfg)
+        atomic = {SPECIAL_STRINGS[r]: getattr(ids, r) for r in SPECIAL_STRINGS}
         atomic = {k: v for k, v in atomic.items() if v is not None}
-        atomic |= {language_token(cfg.layout, c): i for c, i in self.languages.items()}
-        self.atomic = atomic
+        atomic |= {language_token(cfg.layout, c): i for c, i in cfg.languages.items()}
         by_id = [f"<unused{i}>" for i in range(cfg.vocab_size)]
         for piece, i in {**vocab, **atomic}.items():
             if i < len(by_id):
                 by_id[i] = piece
-        self._by_id = by_id
-        self._skip = set(atomic.values()) | {self.ids.start}
+        skip = set(atomic.values()) | {ids.start}
+        super().__init__(sp, sp, ids, by_id=(by_id, by_id), skip=skip)
+        self.cfg, self.vocab = cfg, vocab
+        self.src_lang, self.tgt_lang = src_lang, tgt_lang
+        self.languages, self.atomic = dict(cfg.languages), atomic
         split = sorted(atomic, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, split)) + ")")
-
-    @property
-    def joint(self) -> bool:
-        return True
-
-    @property
-    def src_vocab_size(self) -> int:
-        return self.cfg.vocab_size
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        return self.cfg.vocab_size
 
     def language_id(self, code: str | None, what: str = "language") -> int:
         """The id of a language's token, or one clear error naming the known languages."""
         if code in self.languages:
             return self.languages[code]
         raise unknown_language(code, self.languages, what)
+
+    def check_languages(
+        self, given: tuple[str | None, str | None], defaults: tuple[str, str]
+    ) -> tuple[str, str]:
+        """The (source, target) languages meant: those given, else the run's defaults. A language
+        the model lacks, or one it needs and nobody gave, is one UserError naming the known ones."""
+        if not self.languages:
+            return super().check_languages(given, defaults)
+        src, tgt = (g or d for g, d in zip(given, defaults))
+        if self.cfg.source_language != "none":
+            self.language_id(src, "source language")
+        self.language_id(tgt, "target language")
+        return src, tgt
 
     def encode_src(
         self, texts: list[str], lang: str | None = None, tgt_lang: str | None = None
@@ -139,7 +139,7 @@ class LanguageTokenizer(Tokenizer):
 
     def first_target_token(self, lang: str | None = None) -> int | None:
         """The token the decoder's first output is forced to (None: nothing forced)."""
-        if self.cfg.target_language != "forced_first":
+        if self.cfg.target_language != "forced_first" or not self.languages:
             return None
         return self.language_id(lang or self.tgt_lang, "target language")
 
@@ -151,27 +151,6 @@ class LanguageTokenizer(Tokenizer):
             elif chunk:
                 out += [self.vocab.get(p, unk) for p in self.src.encode(chunk, out_type=str)]
         return out
-
-    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        """Text from target ids, stopping at EOS, without language or special tokens."""
-        out = []
-        for seq in ids:
-            pieces = []
-            for i in seq:
-                if i == self.ids.eos:
-                    break
-                if i not in self._skip and 0 <= i < len(self._by_id):
-                    pieces.append(self._by_id[i])
-            out.append(self.tgt.decode_pieces(pieces).replace("▁", " ").strip())
-        return out
-
-    def src_pieces(self, ids: list[int]) -> list[str]:
-        """The piece of each id."""
-        return [self._by_id[i] for i in ids]
-
-    def tgt_pieces(self, ids: list[int]) -> list[str]:
-        """The piece of each id."""
-        return [self._by_id[i] for i in ids]
 
 
 def load_processor(path: Path) -> spm.SentencePieceProcessor:
@@ -186,13 +165,20 @@ def load_processor(path: Path) -> spm.SentencePieceProcessor:
     return sp
 
 
+def piece_ids(
+    sp: spm.SentencePieceProcessor, offset: int = 0, leave_out: frozenset[int] = frozenset()
+) -> dict[str, int]:
+    """Piece → id (SentencePiece id + `offset`), leaving out control, unknown and `leave_out`."""
+    return {
+        sp.id_to_piece(i): i + offset
+        for i in range(sp.get_piece_size())
+        if not (sp.is_control(i) or sp.is_unknown(i) or i in leave_out)
+    }
+
+
 def nllb_vocab(sp: spm.SentencePieceProcessor) -> dict[str, int]:
     """Piece → fairseq id: SentencePiece id + 1, its control and unknown pieces left out."""
-    return {
-        sp.id_to_piece(i): i + NLLB_OFFSET
-        for i in range(sp.get_piece_size())
-        if not (sp.is_control(i) or sp.is_unknown(i))
-    }
+    return piece_ids(sp, NLLB_OFFSET)
 
 
 def m2m100_vocab(path: Path) -> dict[str, int]:
@@ -238,11 +224,7 @@ def tagged_tokenizer(sp: spm.SentencePieceProcessor, cfg: TokenizerConfig) -> La
                 f"the tokenizer's piece {i} is not the tag of {code!r}: the run's tokenizer was "
                 "trained for other data.pairs; train it again"
             )
-    vocab = {
-        sp.id_to_piece(i): i
-        for i in range(sp.get_piece_size())
-        if not (sp.is_control(i) or sp.is_unknown(i) or i in cfg.languages.values())
-    }
+    vocab = piece_ids(sp, leave_out=frozenset(cfg.languages.values()))
     cfg = cfg.model_copy(update={"vocab_size": sp.get_piece_size()})
     return LanguageTokenizer(sp, vocab, cfg=cfg)
 

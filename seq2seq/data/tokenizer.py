@@ -73,7 +73,8 @@ DEFAULT_IDS = SpecialIds()
 
 class Tokenizer:
     """Source and target SentencePiece models whose ids are the model's ids (one shared model
-    when the vocabulary is joint)."""
+    when the vocabulary is joint). Every tokenizer takes the languages of a direction; only a
+    many-language model's (multilingual.LanguageTokenizer) ids depend on them."""
 
     def __init__(
         self,
@@ -84,6 +85,8 @@ class Tokenizer:
         self.src = src
         self.tgt = tgt
         self.ids = ids
+        self.languages: dict[str, int] = {}  # language code -> token id (many-language models)
+        self.atomic: dict[str, int] = {}  # strings read as one token wherever they stand
 
     @property
     def joint(self) -> bool:
@@ -97,11 +100,30 @@ class Tokenizer:
     def tgt_vocab_size(self) -> int:
         return self.tgt.get_piece_size()
 
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
+    def check_languages(
+        self, given: tuple[str | None, str | None], defaults: tuple[str, str]
+    ) -> tuple[str, str]:
+        """The (source, target) languages meant: those given, else the run's defaults; a model
+        of one pair takes no other languages than its own (one UserError)."""
+        for code, own, side in zip(given, defaults, ("source", "target")):
+            if code and own and code != own:
+                raise UserError(
+                    f"{side} language {code!r}: this model translates {defaults[0]} → "
+                    f"{defaults[1]} only"
+                )
+        return defaults
+
+    def first_target_token(self, lang: str | None = None) -> int | None:
+        """The token the decoder's first output is forced to for `lang` (None: nothing forced)."""
+        return None
+
+    def encode_src(
+        self, texts: list[str], lang: str | None = None, tgt_lang: str | None = None
+    ) -> list[list[int]]:
         """Source ids, each sentence ending with EOS."""
         return [ids + [self.ids.eos] for ids in self.src.encode(texts, out_type=int)]
 
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+    def encode_tgt(self, texts: list[str], lang: str | None = None) -> list[list[int]]:
         """Target ids without BOS/EOS (batching adds them to make decoder input and output)."""
         return self.tgt.encode(texts, out_type=int)
 
@@ -136,15 +158,66 @@ class Tokenizer:
         return self.tgt_pieces(list(range(self.tgt_vocab_size)))
 
 
-class MarianTokenizer(Tokenizer):
+class VocabTokenizer(Tokenizer):
+    """SentencePiece cuts the text and a vocabulary of its own gives the pieces their ids
+    (Marian, M2M100, NLLB): pieces by id come from that vocabulary, and decoding drops the
+    `skip` ids, joins the pieces with the target model and turns any `▁` left into a space."""
+
+    def __init__(
+        self,
+        src: spm.SentencePieceProcessor,
+        tgt: spm.SentencePieceProcessor,
+        ids: SpecialIds,
+        *,
+        by_id: tuple[list[str], list[str]],  # (source, target) piece of each id; one list: joint
+        skip: set[int],
+    ):
+        super().__init__(src, tgt, ids)
+        self._src_by_id, self._tgt_by_id = by_id
+        self._skip = skip
+
+    @property
+    def joint(self) -> bool:
+        return self._tgt_by_id is self._src_by_id
+
+    @property
+    def src_vocab_size(self) -> int:
+        return len(self._src_by_id)
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        return len(self._tgt_by_id)
+
+    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
+        """Text from target ids, stopping at EOS and skipping special (and unknown) ids."""
+        out, size = [], len(self._tgt_by_id)
+        for seq in ids:
+            pieces = []
+            for i in seq:
+                if i == self.ids.eos:
+                    break
+                if i not in self._skip and 0 <= i < size:
+                    pieces.append(self._tgt_by_id[i])
+            out.append(self.tgt.decode_pieces(pieces).replace("▁", " ").strip())
+        return out
+
+    def src_pieces(self, ids: list[int]) -> list[str]:
+        """The source piece of each id."""
+        return [self._src_by_id[i] for i in ids]
+
+    def tgt_pieces(self, ids: list[int]) -> list[str]:
+        """The target piece of each id."""
+        return [self._tgt_by_id[i] for i in ids]
+
+
+class MarianTokenizer(VocabTokenizer):
     """Marian's (OPUS-MT) tokenizer: pieces from `source.spm` / `target.spm`, ids from
     `vocab.json` (and `target_vocab.json` when the vocabularies are separate).
 
     It does what transformers' MarianTokenizer does: text is cut at special-token strings
     (`</s>`, `<unk>`, `<pad>`, …), which become their ids; each other chunk loses a leading
     language code (`>>fr<<`, one token of its own) and is encoded into pieces by the side's
-    SentencePiece model; a piece the vocabulary lacks becomes `unk`. Decoding drops special
-    ids, joins the pieces with the target model and turns any `▁` left into a space.
+    SentencePiece model; a piece the vocabulary lacks becomes `unk`.
     """
 
     def __init__(
@@ -158,31 +231,21 @@ class MarianTokenizer(Tokenizer):
         special_tokens: list[str],
         plain_added_tokens: list[str] = (),
     ):
-        super().__init__(src, tgt, ids)
+        src_by_id = _by_id(src_vocab)
+        tgt_by_id = src_by_id if tgt_vocab is src_vocab else _by_id(tgt_vocab)
+        skip = {tgt_vocab[t] for t in special_tokens if t in tgt_vocab} | {ids.start}
+        super().__init__(src, tgt, ids, by_id=(src_by_id, tgt_by_id), skip=skip)
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
-        self._src_by_id = _by_id(src_vocab)
-        self._tgt_by_id = self._src_by_id if tgt_vocab is src_vocab else _by_id(tgt_vocab)
-        self._skip = {tgt_vocab[t] for t in special_tokens if t in tgt_vocab} | {ids.start}
         split = sorted({*special_tokens, *plain_added_tokens}, key=len, reverse=True)
         self._split = re.compile("(" + "|".join(map(re.escape, split)) + ")") if split else None
 
-    @property
-    def joint(self) -> bool:
-        return self.tgt_vocab is self.src_vocab
-
-    @property
-    def src_vocab_size(self) -> int:
-        return len(self._src_by_id)
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        return len(self._tgt_by_id)
-
-    def encode_src(self, texts: list[str]) -> list[list[int]]:
+    def encode_src(
+        self, texts: list[str], lang: str | None = None, tgt_lang: str | None = None
+    ) -> list[list[int]]:
         """Source ids, each sentence ending with EOS."""
         return [self._encode(t, self.src, self.src_vocab) + [self.ids.eos] for t in texts]
 
-    def encode_tgt(self, texts: list[str]) -> list[list[int]]:
+    def encode_tgt(self, texts: list[str], lang: str | None = None) -> list[list[int]]:
         """Target ids without BOS/EOS (batching adds them to make decoder input and output)."""
         return [self._encode(t, self.tgt, self.tgt_vocab) for t in texts]
 
@@ -200,27 +263,6 @@ class MarianTokenizer(Tokenizer):
                 pieces += sp.encode(chunk, out_type=str)
         unk = self.ids.unk
         return [vocab.get(p, unk) for p in pieces]
-
-    def decode_tgt(self, ids: list[list[int]]) -> list[str]:
-        """Text from target ids, stopping at EOS and skipping special tokens."""
-        out = []
-        for seq in ids:
-            pieces = []
-            for i in seq:
-                if i == self.ids.eos:
-                    break
-                if i not in self._skip:
-                    pieces.append(self._tgt_by_id[i])
-            out.append(self.tgt.decode_pieces(pieces).replace("▁", " ").strip())
-        return out
-
-    def src_pieces(self, ids: list[int]) -> list[str]:
-        """The source piece of each id."""
-        return [self._src_by_id[i] for i in ids]
-
-    def tgt_pieces(self, ids: list[int]) -> list[str]:
-        """The target piece of each id."""
-        return [self._tgt_by_id[i] for i in ids]
 
 
 def _by_id(vocab: dict[str, int]) -> list[str]:
