@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
+import sys
+import threading
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from pathlib import Path
 
 from seq2seq.decode.term_index import TermIndex, has_word_character, term_key, text_units
@@ -219,11 +220,78 @@ def occurrences(term: str, text: str) -> int:
 def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str) -> Glossary:
     """`base` (a server's default glossary) with `pairs` added; a pair's source term given
     in both takes the target of `pairs`. `base` is used as it is, not rebuilt, and the glossary
-    of the same `pairs` is built once for many requests."""
-    extra = _cached_glossary(tuple((s, t) for s, t in pairs), origin)
+    of the same `pairs` is built once for many requests (kept in REQUEST_GLOSSARIES)."""
+    extra = REQUEST_GLOSSARIES.get(tuple((s, t) for s, t in pairs), origin)
     return extra if base is None else replace(extra, base=base)
 
 
-@lru_cache(maxsize=64)
-def _cached_glossary(pairs: tuple[tuple[str, str], ...], origin: str) -> Glossary:
-    return make_glossary(list(pairs), origin=origin)
+# What a glossary holds beyond its objects' own sizes: per path unit, a slot in each of the
+# index's four lists and a node number; per pair, its tuples, a dict entry and a length.
+_UNIT_BYTES = 4 * 8 + 32
+_PAIR_BYTES = 2 * 56 + 8 * 8
+
+
+def glossary_bytes(glossary: Glossary) -> int:
+    """An estimate of the memory a glossary holds, not counting its `base`: its pairs, its
+    folded source terms and its index (a node of the index for each unit of a folded term,
+    at most, with its table of next units)."""
+    size = sys.getsizeof(glossary.targets) + sys.getsizeof(glossary.pairs)
+    for source, target in glossary.pairs:
+        size += sys.getsizeof(source) + sys.getsizeof(target) + _PAIR_BYTES
+    table = sys.getsizeof({"": 0})  # a node's table of next units, with one or a few
+    for key in glossary.targets:
+        size += sys.getsizeof(key) + sum(sys.getsizeof(u) + table + _UNIT_BYTES for u in key)
+    return size
+
+
+class GlossaryCache:
+    """Glossaries built from requests' term pairs, kept for the next request that gives the
+    same pairs: bounded by their estimated memory (`glossary_bytes`), not by their number, as
+    one request's glossary may hold a thousand times another's; the least recently used go
+    first."""
+
+    def __init__(self, max_bytes: int = 64 << 20):
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._kept: OrderedDict[tuple, tuple[Glossary, int]] = OrderedDict()
+        self._lock = threading.Lock()  # requests are prepared on several threads
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def get(self, pairs: tuple[tuple[str, str], ...], origin: str) -> Glossary:
+        """The glossary of `pairs` (errors name `origin`), built unless kept."""
+        key = (pairs, origin)
+        with self._lock:
+            if key in self._kept:
+                self._kept.move_to_end(key)
+                return self._kept[key][0]
+        glossary = make_glossary(list(pairs), origin=origin)  # outside the lock: it takes long
+        # The key's own tuples and strings count too (when they are the pairs' strings,
+        # twice: an estimate on the safe side).
+        size = (
+            glossary_bytes(glossary)
+            + sys.getsizeof(pairs)
+            + sum(sys.getsizeof(s) + sys.getsizeof(t) + 56 for s, t in pairs)
+        )
+        if size > self.max_bytes:
+            return glossary
+        with self._lock:
+            if key not in self._kept:
+                self._kept[key] = (glossary, size)
+                self.bytes += size
+            while self.bytes > self.max_bytes:
+                _, (_, dropped) = self._kept.popitem(last=False)
+                self.bytes -= dropped
+        return glossary
+
+    def clear(self) -> None:
+        """Keep no glossary."""
+        with self._lock:
+            self._kept.clear()
+            self.bytes = 0
+
+
+# The glossaries of servers' requests, one cache for the process as before it a function's
+# lru_cache was: 64 MiB of them.
+REQUEST_GLOSSARIES = GlossaryCache()

@@ -58,6 +58,7 @@ from seq2seq.serve.schema import (
     escape_specials,
     parse_translate_request,
     request_glossary,
+    take_markup,
     translate_answer,
 )
 from seq2seq.serve.usage import open_usage
@@ -349,7 +350,7 @@ def request_checker(translator: Translator, limits: RequestLimits):
 
     def check(req: TranslateRequest) -> tuple[TranslateRequest, list[Source]]:
         check_characters(req, limits, piece_chars)
-        req = escape_specials(req, specials)
+        req = escape_specials(take_markup(req), specials)  # markup parsed once sizes pass
         if req.glossary is not None and refusal is not None:
             raise RequestError(422, "glossary", refusal)
         try:  # a term that cannot be kept (greedy search, too many, unknown pieces) is a 422

@@ -44,6 +44,9 @@ class RequestLimits:
     timeout_s: float = 60.0  # from arrival to answer; past it, 504 and the request is dropped
     body_timeout_s: float = 30.0  # to receive the whole body; past it, 408
     max_glossary_pairs: int = 1000  # term pairs in one request's glossary
+    # Characters of its terms, sources and targets: a glossary's index takes some 170 bytes
+    # for each character of a term in Chinese or Japanese.
+    max_glossary_chars: int = 20_000
 
 
 class TranslateBody(BaseModel):
@@ -98,6 +101,9 @@ class TranslateRequest:
     # With format html or xml: each line's markup, taken out of `lines` (which hold the text).
     marked: list | None = None
     model: str | None = None  # the loaded model the client named
+    # html or xml while `lines` still hold their markup: taken out by take_markup, once the
+    # size checks have passed.
+    markup: str | None = None
 
 
 def _field(loc: tuple) -> str:
@@ -181,14 +187,11 @@ def parse_translate_request(
         )
     pairs = _glossary(req.glossary, limits) if req.glossary is not None else None
     options = _options(req, limits, defaults)
-    marked = None
-    if req.format in ("html", "xml"):
-        if options.nbest > 1:
-            raise RequestError(422, "format", "format html or xml needs nbest 1")
-        marked = _markup(lines, req.format, name, single)
-        lines = [m.text for m in marked]
+    markup = req.format if req.format in ("html", "xml") else None
+    if markup is not None and options.nbest > 1:
+        raise RequestError(422, "format", "format html or xml needs nbest 1")
     return TranslateRequest(
-        lines, single, options, pairs, req.source_lang, req.target_lang, marked, req.model
+        lines, single, options, pairs, req.source_lang, req.target_lang, None, req.model, markup
     )
 
 
@@ -205,18 +208,22 @@ def _check_text(lines: list[str], name: str, single: bool) -> None:
             ) from None
 
 
-def _markup(lines: list[str], fmt: str, name: str, single: bool) -> list:
-    """Each line's markup parsed; malformed markup (unclosed or crossing tags) is a 422 naming
-    the text, where `translate --tags` would translate it as text with a warning: a client
-    can fix its request, a batch job should go on."""
-    out = []
-    for i, line in enumerate(lines):
+def take_markup(req: TranslateRequest) -> TranslateRequest:
+    """With format html or xml, the request with its lines' markup taken out into `marked`
+    (run after check_characters: parsing is the costlier). Malformed markup (unclosed or
+    crossing tags) is a 422 naming the text, where `translate --tags` would translate it as
+    text with a warning: a client can fix its request, a batch job should go on."""
+    if req.markup is None:
+        return req
+    name = "text" if req.single else "texts"
+    marked = []
+    for i, line in enumerate(req.lines):
         try:
-            out.append(parse(line, fmt))
+            marked.append(parse(line, req.markup))
         except MalformedMarkup as e:
-            where = name if single else f"{name}[{i}]"
-            raise RequestError(422, where, f"{where}: malformed {fmt} markup: {e}") from None
-    return out
+            where = name if req.single else f"{name}[{i}]"
+            raise RequestError(422, where, f"{where}: malformed {req.markup} markup: {e}") from None
+    return replace(req, lines=[m.text for m in marked], marked=marked, markup=None)
 
 
 def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, str]]:
@@ -231,24 +238,35 @@ def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, 
             raise RequestError(
                 422, f"glossary[{i}]", f"glossary[{i}] is a [source term, target term] pair"
             )
-    try:  # built here once: request_glossary finds it again
-        with_pairs(None, [(a, b) for a, b in pairs], origin="glossary")
-    except UserError as e:
-        raise RequestError(422, "glossary", str(e)) from None
+    # Counted, not built: the glossary is built by request_glossary, once the request has
+    # passed the checks that cost little, and kept for later requests.
+    chars = sum(len(a) + len(b) for a, b in pairs)
+    if chars > limits.max_glossary_chars:
+        raise RequestError(
+            413,
+            "glossary",
+            f"glossary has {chars} characters in its terms; "
+            f"at most {limits.max_glossary_chars} a request",
+        )
     return [(a, b) for a, b in pairs]
 
 
 def request_glossary(req: TranslateRequest, default: Glossary | None) -> Glossary | None:
-    """The glossary a request decodes with: the server's, with the request's pairs added."""
+    """The glossary a request decodes with: the server's, with the request's pairs added (a
+    bad term a 422 naming the glossary)."""
     if req.glossary is None:
         return default
-    return with_pairs(default, req.glossary, origin="glossary")
+    try:
+        return with_pairs(default, req.glossary, origin="glossary")
+    except UserError as e:
+        raise RequestError(422, "glossary", str(e)) from None
 
 
 def check_characters(req: TranslateRequest, limits: RequestLimits, piece_chars: int) -> None:
     """Refuse texts with more characters (spaces aside) than the token limit can hold, tokens
     being at most `piece_chars` characters long: a megabyte of punctuation is one "word" to the
-    word count, and would otherwise reach the glossary, sentence splitting and encoding."""
+    word count, and would otherwise reach the glossary, sentence splitting and encoding. Texts
+    in html or xml are counted with their markup, before it is parsed (take_markup)."""
     # Twice: Unicode normalization may join two characters (a letter and its accent) into one.
     limit = limits.max_tokens * piece_chars * 2
     chars = sum(len("".join(line.split())) for line in req.lines)
