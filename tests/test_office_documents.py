@@ -31,6 +31,7 @@ from PIL import Image as PILImage
 from pptx import Presentation
 from pptx.util import Inches
 
+from seq2seq.decode.markup import parse
 from seq2seq.document import odf, ooxml, zipdoc
 from seq2seq.errors import UserError
 
@@ -63,6 +64,15 @@ def layout(data: bytes) -> list[tuple[str, int]]:
     """A zip's parts in order, each with its compression."""
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
         return [(info.filename, info.compress_type) for info in archive.infolist()]
+
+
+def zipped(parts: dict[str, bytes]) -> bytes:
+    """A zip of `parts`, deflated."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
+        for name, body in parts.items():
+            archive.writestr(name, body)
+    return out.getvalue()
 
 
 def png() -> bytes:
@@ -447,12 +457,8 @@ def test_xml_with_a_doctype_or_entities_is_refused(doctype):
     body = parts["word/document.xml"].decode()
     declaration, rest = body.split("?>", 1)
     parts["word/document.xml"] = f"{declaration}?>{doctype}{rest}".encode()
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, part in parts.items():
-            archive.writestr(name, part)
     with pytest.raises(UserError, match="DOCTYPE"):
-        ooxml.read(out.getvalue())
+        ooxml.read(zipped(parts))
 
 
 def test_a_zip_that_is_no_office_document_is_refused_by_name():
@@ -489,3 +495,41 @@ def test_runs_split_only_by_language_or_spelling_marks_make_no_tags():
             run._r.get_or_add_rPr().set("err", spelling)
     assert ooxml.read(saved(document)).segments == ["Spell chekc done"]
     assert ooxml.read(saved(presentation)).segments == ["Spell chekc done"]
+
+
+def test_docx_content_controls_are_translated_inside_their_control():
+    document = WordDocument()
+    paragraph = document.add_paragraph("Name: ")
+    paragraph._p.append(
+        parse_xml(
+            f'<w:sdt {WNS}><w:sdtPr><w:alias w:val="Client"/><w:tag w:val="client"/></w:sdtPr>'
+            "<w:sdtContent><w:r><w:t>Click here to enter text</w:t></w:r></w:sdtContent>"
+            "</w:sdt>"
+        )
+    )
+    out = translated(ooxml, saved(document))
+    root = etree.fromstring(members(out)["word/document.xml"])
+    (control,) = root.iter(f"{{{W}}}sdt")
+    assert control.find(f"{{{W}}}sdtPr/{{{W}}}tag").get(f"{{{W}}}val") == "client"
+    content = control.find(f"{{{W}}}sdtContent")
+    assert "".join(content.itertext()) == "CLICK HERE TO ENTER TEXT"
+    assert word_texts(out, "word/document.xml") == ["NAME: CLICK HERE TO ENTER TEXT"]
+
+
+def test_an_encrypted_opendocument_file_is_refused():
+    parts = members(text_file())
+    manifest = parts["META-INF/manifest.xml"].decode()
+    parts["META-INF/manifest.xml"] = manifest.replace(
+        "</manifest:manifest>", "<manifest:encryption-data/></manifest:manifest>"
+    ).encode()
+    with pytest.raises(UserError, match="encrypted"):
+        odf.read(zipped(parts))
+
+
+@pytest.mark.parametrize(
+    "module, build", [(ooxml, word_file), (ooxml, slides_file), (odf, text_file)]
+)
+def test_every_segment_is_markup_the_tag_machinery_reads(module, build):
+    for segment in module.read(build()).segments:
+        marked = parse(segment, "xml")
+        assert marked.words

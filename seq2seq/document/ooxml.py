@@ -133,6 +133,10 @@ def _flatten(parent, links: tuple[int, ...], flat: Flat, dialect: Dialect) -> No
         elif local in dialect.containers:
             index = flat.container(child, dialect.containers[local])
             _flatten(child, (*links, index), flat, dialect)
+        elif local == "sdt" and child.find(dialect.q("sdtContent")) is not None:
+            # A content control: its text is translated inside it, its properties kept.
+            content = child.find(dialect.q("sdtContent"))
+            _flatten(content, (*links, flat.container(content, "c")), flat, dialect)
         else:
             flat.atom(child, links)
 
@@ -178,11 +182,7 @@ def _rebuild(paragraph, flat: Flat, translation: str, dialect: Dialect) -> None:
         paragraph.remove(child)
     paragraph.extend(head)
 
-    def make(outer, index):
-        source = flat.containers[index]
-        return etree.SubElement(outer, source.tag, dict(source.attrib))
-
-    chain = runs.Chain(paragraph, make)
+    chain = runs.Chain(paragraph, lambda outer, index: _container(outer, flat.containers[index]))
 
     def on_text(links, key, text):
         _add_run(chain.parent(links), flat.formats[key], text, dialect)
@@ -200,6 +200,16 @@ def _rebuild(paragraph, flat: Flat, translation: str, dialect: Dialect) -> None:
 
     runs.replay(flat, translation, on_text, on_atom)
     paragraph.extend(tail)
+
+
+def _container(outer, source):
+    """A fresh copy of container `source` in `outer`, empty for the translation's runs."""
+    if etree.QName(source).localname != "sdtContent":
+        return etree.SubElement(outer, source.tag, dict(source.attrib))
+    control = source.getparent()
+    copied = etree.SubElement(outer, control.tag, dict(control.attrib))
+    copied.extend(copy.deepcopy(c) for c in control if c is not source)  # its properties
+    return etree.SubElement(copied, source.tag, dict(source.attrib))
 
 
 def _add_run(parent, props, text: str, dialect: Dialect) -> None:
