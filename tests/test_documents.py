@@ -244,6 +244,12 @@ def test_corrupt_po_is_an_error():
         po.read(b'msgid "open\nmsgstr 12 "x"\n')
 
 
+def test_po_of_one_line_is_not_read_as_a_path():
+    """polib reads a string naming an existing file as that file."""
+    with pytest.raises(UserError, match="not a gettext catalog"):
+        po.read(b"/etc/hostname")
+
+
 XLIFF_12 = b"""<?xml version="1.0" encoding="UTF-8"?>
 <xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
  <file source-language="en" target-language="fr" datatype="plaintext" original="app">

@@ -18,6 +18,7 @@ from seq2seq.cli import (
     distill,  # noqa: F401  (registers the distill command)
     score,  # noqa: F401  (registers the score command)
     shortlist,  # noqa: F401  (registers the shortlist command)
+    translate_file,
 )
 from seq2seq.cli.base import (
     BatchSize,
@@ -41,6 +42,8 @@ from seq2seq.errors import UserError
 
 if TYPE_CHECKING:
     pass
+
+app.command()(translate_file.translate_file)
 
 
 @app.command()

@@ -61,12 +61,15 @@ def _catalog(data: bytes) -> polib.POFile:
             text = data.decode(charset.group(1).decode() if charset else "latin-1")
         except (LookupError, UnicodeDecodeError):
             raise UserError("gettext catalog: cannot decode it (charset?)") from None
-    if not text.strip():
-        raise UserError("gettext catalog is empty")
+    if "\n" not in text.strip():  # polib would take one line for a path, and read that file
+        raise UserError("not a gettext catalog: no messages")
     try:
-        return polib.pofile(text, wrapwidth=78)
+        catalog = polib.pofile(text, wrapwidth=78)
     except (OSError, ValueError) as e:
         raise UserError(f"not a gettext catalog: {e}") from None
+    if not len(catalog) and not catalog.metadata:
+        raise UserError("not a gettext catalog: no messages")
+    return catalog
 
 
 def _nplurals(catalog: polib.POFile) -> int:

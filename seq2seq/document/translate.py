@@ -7,12 +7,15 @@ import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from seq2seq.decode.annotate import Annotation, annotate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.markup import MalformedMarkup, Marked, parse, reinsert
 from seq2seq.decode.translator import Source, Translator
-from seq2seq.document.formats import reader
+from seq2seq.document.formats import format_of, reader
+from seq2seq.errors import UserError
+from seq2seq.files import atomic_write
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +54,10 @@ def translate_document(
     glossary: Glossary | None = None,
     src_lang: str | None = None,
     tgt_lang: str | None = None,
-    progress: Callable[[int], None] | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[bytes, Report]:
-    """The file `data` (format `fmt`) translated, and the report; `progress(n)` is called as
-    each n segments are done (the total is `Report.unique`, known once read: `count_segments`)."""
+    """The file `data` (format `fmt`) translated, and the report; `progress(done, total)` is
+    called once the file is read (0 done) and as each batch of segments is done."""
     document = reader(fmt)(data)
     texts = list(dict.fromkeys(s for s in document.segments if _has_words(s)))
     report = Report(segments=len(document.segments), unique=len(texts))
@@ -62,18 +65,15 @@ def translate_document(
         translator = copy.copy(translator)  # a request's glossary on a shared model
         translator.glossary = glossary
     done: dict[str, str] = {}
+    if progress is not None:
+        progress(0, len(texts))
     for at in range(0, len(texts), BATCH):
         chunk = texts[at : at + BATCH]
         done.update(_translate_chunk(translator, chunk, (src_lang, tgt_lang), report))
         if progress is not None:
-            progress(len(chunk))
+            progress(len(chunk), len(texts))
     report.translated = sum(1 for s in texts if s in done)
     return document.rebuild([done.get(s, s) for s in document.segments]), report
-
-
-def count_segments(data: bytes, fmt: str) -> int:
-    """How many different segments with words `translate_document` will translate."""
-    return len({s for s in reader(fmt)(data).segments if _has_words(s)})
 
 
 def _has_words(segment: str) -> bool:
@@ -136,3 +136,27 @@ def _untranslatable(translator: Translator, source: Source) -> str | None:
 
 def _kept(report: Report, why: str) -> None:
     report.kept[why] = report.kept.get(why, 0) + 1
+
+
+def translate_file(
+    translator: Translator,
+    source: Path,
+    output: Path,
+    *,
+    fmt: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    **languages: str | None,
+) -> Report:
+    """Translate the file `source` into `output` (written whole, or not at all), its format
+    `fmt` or its extension's; `languages`: src_lang and tgt_lang."""
+    fmt = format_of(source, fmt)
+    try:
+        data = Path(source).read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read {source}: {e.strerror}") from None
+    translated, report = translate_document(translator, data, fmt, progress=progress, **languages)
+    try:
+        atomic_write(Path(output), lambda tmp: Path(tmp).write_bytes(translated))
+    except OSError as e:
+        raise UserError(f"cannot write {output}: {e.strerror}") from None
+    return report

@@ -1,0 +1,139 @@
+"""`seq2seq translate-file` and `translate_document` (issue 54 item 1): segments translated
+through the tag machinery, a segment that cannot be translated kept and counted, nothing
+written on a bad input."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import polib
+import pytest
+
+from seq2seq.config import DecodeConfig
+from seq2seq.decode.annotate import Annotated
+from seq2seq.document import translate
+from seq2seq.document.translate import FAILED, TOO_LONG, UNKNOWN, translate_document
+from tests.factories import tiny_translator, untrained_run
+from tests.runs import cli
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_pairs):
+    return untrained_run(tmp_path_factory.mktemp("doc-run"), demo_pairs[:300])
+
+
+@pytest.fixture(scope="module")
+def translator(tmp_path_factory, demo_pairs):
+    return tiny_translator(
+        tmp_path_factory.mktemp("doc-tok"), demo_pairs[:300], DecodeConfig(beam_size=1)
+    )
+
+
+def test_too_long_and_unreadable_segments_keep_their_source_and_are_counted(translator, demo_pairs):
+    words = demo_pairs[0][0].rstrip(".").split()
+    long = " ".join(words * 20)  # one sentence, far past the model's 64 positions
+    data = f"{long}\n\n漢字漢字\n".encode()
+    out, report = translate_document(translator, data, "text")
+    assert out == data
+    assert report.kept == {TOO_LONG: 1, UNKNOWN: 1} and report.translated == 0
+    assert "kept in the source language: 1 too long" in report.summary()
+
+
+def test_a_failing_segment_is_retried_alone_and_keeps_its_source(
+    translator, demo_pairs, monkeypatch
+):
+    """A batch that fails is translated segment by segment; only the bad one stays as it was."""
+    poison = demo_pairs[5][0]
+
+    def annotate_sources(translator, sources, annotation):
+        if any(s.tokens == len(translator.prepare([poison])[0].segments[0]) for s in sources):
+            raise RuntimeError("boom")
+        return [Annotated("done", 0.0, [(0, 0)]) for _ in sources]
+
+    monkeypatch.setattr(translate, "annotate_sources", annotate_sources)
+    first, second = demo_pairs[0][0], demo_pairs[1][0]
+    data = f"<p>{first}</p>\n<p>{poison}</p>\n<p><b>{second}</b></p>\n".encode()
+    out, report = translate_document(translator, data, "html")
+    assert out.decode() == f"<p>done</p>\n<p>{poison}</p>\n<p><b>done</b></p>\n"
+    assert report.kept == {FAILED: 1} and report.translated == 2
+
+
+def test_repeated_segments_are_translated_once(translator, demo_pairs, monkeypatch):
+    seen = []
+
+    def annotate_sources(translator, sources, annotation):
+        seen.extend(sources)
+        return [Annotated("done", 0.0, [(0, 0)]) for _ in sources]
+
+    monkeypatch.setattr(translate, "annotate_sources", annotate_sources)
+    line = demo_pairs[0][0]
+    out, report = translate_document(translator, f"{line}\n\n{line}\n".encode(), "text")
+    assert out == b"done\n\ndone\n" and len(seen) == 1
+    assert (report.segments, report.unique, report.translated) == (2, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "name, data, message",
+    [
+        ("notes.pdf", b"%PDF-1.4", "PDF files (.pdf) are not translated; supported formats"),
+        ("sheet.xlsx", b"PK", "spreadsheets files (.xlsx) are not translated"),
+        ("data.bin", b"\x00", "cannot tell the format of data.bin"),
+        ("broken.po", b"hello world\nfoo\n", "not a gettext catalog"),
+        ("laughs.xlf", b'<!DOCTYPE x [<!ENTITY a "aa">]><x>&a;</x>', "DTD or entity"),
+        ("latin1.txt", b"caf\xe9", "not UTF-8"),
+    ],
+)
+def test_bad_input_is_one_error_and_writes_nothing(tmp_path, run, name, data, message):
+    source, output = tmp_path / name, tmp_path / "out"
+    source.write_bytes(data)
+    output.write_bytes(b"before")
+    result = cli("translate-file", source, output, "--run", run, code=1)
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert "Traceback" not in result.output and result.stderr.count("\n") == 1
+    assert output.read_bytes() == b"before"
+    assert {p.name for p in tmp_path.iterdir()} == {name, "out"}  # no temporary file left
+
+
+@pytest.mark.slow
+def test_markdown_file_translated_end_to_end(tmp_path, run, demo_pairs):
+    a, b, c = (s for s, _ in demo_pairs[:3])
+    source = tmp_path / "doc.md"
+    source.write_text(
+        f"# {a}\n\n{b} with `code()` and a [link](http://x.org/a_b).\n\n"
+        f"```\nkeep me\n```\n\n- {c}\n"
+    )
+    result = cli("translate-file", source, tmp_path / "doc.fr.md", "--run", run, "--beam-size", "1")
+    out = (tmp_path / "doc.fr.md").read_text()
+    assert "translated 3 of 3 different segments (3 in the document)" in result.stderr
+    assert out.startswith("# ") and "\n- " in out
+    assert "`code()`" in out and "](http://x.org/a_b)" in out and "```\nkeep me\n```\n" in out
+    assert a not in out and c not in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("msgfmt") is None, reason="msgfmt (Debian's gettext) is absent")
+def test_po_file_translated_end_to_end_passes_msgfmt(tmp_path, run, demo_pairs):
+    catalog = polib.POFile()
+    catalog.metadata = {
+        "Project-Id-Version": "demo 1.0",
+        "Language": "fr",
+        "MIME-Version": "1.0",
+        "Content-Type": "text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding": "8bit",
+        "Plural-Forms": "nplurals=2; plural=(n > 1);",
+    }
+    first, second = demo_pairs[0][0], demo_pairs[1][0]
+    catalog.append(polib.POEntry(msgid=f"{first} %s", flags=["c-format"]))
+    catalog.append(polib.POEntry(msgid=second, msgid_plural=f"%d {second}", flags=["c-format"]))
+    catalog.save(str(tmp_path / "app.pot"))
+    cli("translate-file", tmp_path / "app.pot", tmp_path / "fr.po", "--run", run)
+    done = polib.pofile(str(tmp_path / "fr.po"))
+    assert all(e.msgstr or e.msgstr_plural[0] for e in done)
+    assert all("fuzzy" in e.flags for e in done)
+    checked = subprocess.run(
+        ["msgfmt", "--check", "--use-fuzzy", "-o", "/dev/null", str(tmp_path / "fr.po")],
+        capture_output=True,
+        text=True,
+    )
+    assert checked.returncode == 0, checked.stderr
