@@ -31,7 +31,7 @@ from PIL import Image as PILImage
 from pptx import Presentation
 from pptx.util import Inches
 
-from seq2seq.decode.markup import parse
+from seq2seq.decode.markup import parse, reinsert
 from seq2seq.document import odf, ooxml, zipdoc
 from seq2seq.errors import UserError
 
@@ -533,3 +533,37 @@ def test_every_segment_is_markup_the_tag_machinery_reads(module, build):
     for segment in module.read(build()).segments:
         marked = parse(segment, "xml")
         assert marked.words
+
+
+def test_what_stands_before_or_after_all_the_text_stays_there_out_of_the_segment():
+    data = word_file()
+    segments = ooxml.read(data).segments
+    assert " Footnote words" in segments  # the footnote's number mark stays first
+    assert "A claim" in segments  # comment marks and the footnote reference stay last
+    notes = etree.fromstring(members(translated(ooxml, data))["word/footnotes.xml"])
+    first = next(r for r in notes.iter(f"{{{W}}}r") if r.find(f"{{{W}}}footnoteRef") is not None)
+    assert first.getnext().findtext(f"{{{W}}}t") == " FOOTNOTE WORDS"
+
+
+def through_the_tag_machinery(segment: str) -> str:
+    """A segment as the translation path returns it: tags out, words upper-cased one for one,
+    tags put back by the word alignment."""
+    marked = parse(segment, "xml")
+    words = [w.upper() for w in marked.words]
+    return reinsert(marked, " ".join(words), [(i, i) for i in range(len(words))])
+
+
+def test_formatting_survives_the_tag_machinery_itself():
+    document = ooxml.read(word_file())
+    out = document.rebuild([through_the_tag_machinery(s) for s in document.segments])
+    paragraph = WordDocument(io.BytesIO(out)).paragraphs[1]
+    assert paragraph.text == "PRESS SAVE AND THEN WAIT OR VISIT OUR SITE"
+    assert [r.text for r in paragraph.runs if r.bold] == ["SAVE"]
+    assert [r.text for r in paragraph.runs if r.italic] == ["WAIT"]
+    assert [(link.text, link.address) for link in paragraph.hyperlinks] == [("OUR SITE", URL)]
+    document = odf.read(text_file())
+    out = document.rebuild([through_the_tag_machinery(s) for s in document.segments])
+    spans = load(io.BytesIO(out)).text.getElementsByType(Span)
+    assert [(teletype.extractText(s), s.getAttribute("stylename")) for s in spans] == [
+        ("SAVE", "Bold")
+    ]

@@ -8,6 +8,7 @@ goes inside `<rN>…</rN>`, container N inside `<aN>…</aN>` (a link) or `<cN>�
 `<xN/>`. Text is XML-escaped, as `markup.parse(text, "xml")` reads it. A translation is read
 back token by token: its text goes to the innermost open format (else the common one) inside
 the open containers; an atom the translation lost is put at the end, so nothing is dropped.
+Atoms before all the text or after it stay there and are left out of the segment.
 """
 
 from __future__ import annotations
@@ -75,6 +76,19 @@ class Flat:
         """Whether any piece holds more than white space."""
         return any(p.text is not None and p.text.strip() for p in self.pieces)
 
+    def pinned(self) -> tuple[list[int], list[int]]:
+        """The atoms before all the text and after it, outside containers: they stay there,
+        out of the segment (a note's number mark, a paragraph's closing bookmark)."""
+        edges = []
+        for pieces in (self.pieces, self.pieces[::-1]):
+            edge = []
+            for piece in pieces:
+                if piece.text is not None or piece.links:
+                    break
+                edge.append(piece.atom)
+            edges.append(edge)
+        return edges[0], edges[1][::-1]
+
     def common(self) -> int:
         """The key of the format that holds the most characters (the untagged one)."""
         sizes = [0] * len(self.formats)
@@ -87,7 +101,10 @@ class Flat:
 def segment(flat: Flat) -> str:
     """The paragraph as one segment: escaped text, formats, containers and atoms as tags."""
     common, out, open_links = flat.common(), [], ()
+    head, tail = flat.pinned()
     for piece in flat.pieces:
+        if piece.text is None and piece.atom in (*head, *tail):
+            continue
         keep = _shared(open_links, piece.links)
         for index in reversed(open_links[keep:]):
             out.append(f"</{flat.letters[index]}{index + 1}>")
@@ -121,8 +138,10 @@ def replay(
 ) -> None:
     """Walk a translated segment: text (links, key, text) and atoms (links, index) in order."""
     common, formats, links = flat.common(), [], []
-    used: set[int] = set()
-    at = 0
+    head, _ = flat.pinned()
+    for index in head:
+        on_atom((), index)
+    used, at = set(head), 0
     for m in TOKEN.finditer(translation):
         _emit_text(translation[at : m.start()], links, formats, common, on_text)
         at = m.end()
