@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 import zipfile
 
 import pytest
@@ -567,3 +568,16 @@ def test_formatting_survives_the_tag_machinery_itself():
     assert [(teletype.extractText(s), s.getAttribute("stylename")) for s in spans] == [
         ("SAVE", "Bold")
     ]
+
+
+@pytest.mark.parametrize("offset", [5, 40])
+def test_a_picture_damaged_inside_the_zip_is_refused_when_read(offset):
+    data = bytearray(word_file())
+    with zipfile.ZipFile(io.BytesIO(bytes(data))) as archive:
+        info = next(i for i in archive.infolist() if i.filename.startswith("word/media/"))
+    # The part's data starts after its local header: 30 bytes, its name and its extra field.
+    name_length, extra_length = struct.unpack_from("<HH", data, info.header_offset + 26)
+    at = info.header_offset + 30 + name_length + extra_length + offset
+    data[at] ^= 0xFF
+    with pytest.raises(UserError, match="corrupt"):
+        ooxml.read(bytes(data))

@@ -32,12 +32,13 @@ PARAGRAPHS = (f"{{{TEXT}}}p", f"{{{TEXT}}}h")
 MARGINALS = tuple(
     f"{{{STYLE}}}{side}{page}" for side in ("header", "footer") for page in ("", "-left", "-first")
 )
+WANTED = frozenset({"mimetype", "META-INF/manifest.xml", "content.xml", "styles.xml"})
 SPACES = re.compile(r"[ \t\r\n]+")  # ODF collapses white space in text; text:s spells it out
 
 
 def read(data: bytes) -> Document:
     """Read an .odt or .odp into its paragraphs' segments and a rebuild of the whole file."""
-    parts = zipdoc.open_package(data, KIND)
+    parts = zipdoc.open_package(data, KIND, WANTED.__contains__)
     mimetype = parts.get("mimetype", b"").decode("ascii", "replace").strip()
     if mimetype not in MIMETYPES or "content.xml" not in parts:
         raise UserError(

@@ -69,7 +69,7 @@ SLIDES = Dialect(
 
 def read(data: bytes) -> Document:
     """Read a .docx or .pptx into its paragraphs' segments and a rebuild of the whole file."""
-    parts = zipdoc.open_package(data, "Office document")
+    parts = zipdoc.open_package(data, "Office document", _wanted)
     if "word/document.xml" in parts:
         dialect = WORD
     elif "ppt/presentation.xml" in parts:
@@ -97,6 +97,13 @@ def read(data: bytes) -> Document:
         return zipdoc.write_package(data, replaced)
 
     return Document(segments, rebuild)
+
+
+def _wanted(name: str) -> bool:
+    """Whether a part holds text to translate, or says which kind of file this is."""
+    if name in ("word/document.xml", "ppt/presentation.xml"):
+        return True
+    return any(dialect.parts.fullmatch(name) for dialect in (WORD, SLIDES))
 
 
 def _paragraphs(body: bytes, name: str, dialect: Dialect, tree=None):

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import io
 import zipfile
+import zlib
+from collections.abc import Callable
 
 from lxml import etree
 
@@ -22,10 +24,12 @@ CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 MAX_RATIO = 100  # office XML compresses about 10×; a bomb by a thousand times or more
 MAX_TOTAL = 512 * 1024 * 1024
 MAX_PARTS = 10_000
+CHUNK = 1 << 20
 
 
-def open_package(data: bytes, kind: str) -> dict[str, bytes]:
-    """The parts of a zip package, by name in their order; UserError if it is not safe to open."""
+def open_package(data: bytes, kind: str, wanted: Callable[[str], bool]) -> dict[str, bytes]:
+    """The parts of a zip package that `wanted` names, by name in their order; every part is
+    checked (its size, its CRC) and UserError raised if the package is not safe to open."""
     if data[:8] == CFB_MAGIC:
         raise UserError(
             f"this {kind} is encrypted (password-protected) or in the old binary format; "
@@ -40,12 +44,21 @@ def open_package(data: bytes, kind: str) -> dict[str, bytes]:
     parts = {}
     try:
         for info in infos:
+            # Parts not kept are read through all the same, a chunk at a time: a corrupt one
+            # is refused now, not after the translation.
+            keep, chunks, size = wanted(info.filename), [], 0
             with archive.open(info) as stream:
-                body = stream.read(info.file_size + 1)
-            if len(body) != info.file_size:
+                while chunk := stream.read(min(CHUNK, info.file_size - size + 1)):
+                    size += len(chunk)
+                    if size > info.file_size:
+                        break
+                    if keep:
+                        chunks.append(chunk)
+            if size != info.file_size:
                 raise zipfile.BadZipFile(f"{info.filename} is not the size it declares")
-            parts[info.filename] = body
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, RuntimeError) as e:
+            if keep:
+                parts[info.filename] = b"".join(chunks)
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, RuntimeError) as e:
         raise UserError(f"this {kind} is corrupt: {e}") from None
     return parts
 
