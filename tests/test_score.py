@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from seq2seq.data.batching import pad, padding_mask
-from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.decode.score import score_files, score_pairs, target_log_probs
 from seq2seq.decode.segments import flatten
 from seq2seq.decode.step import next_token_scores, start
@@ -79,7 +78,7 @@ def test_search_outputs_rescored_give_the_searchs_own_log_prob(any_run, demo_pai
     lines = [a for a, _ in demo_pairs[1000:1030]]
     best, src = _searched(translator, lines, beam)
     texts = translator.tokenizer.decode_tgt([h.tokens for h in best])
-    again = encode_targets(translator.tokenizer, texts, translator.tgt_lang)
+    again = translator.tokenizer.encode_tgt(texts, translator.tgt_lang)
     # Text that the tokenizer cuts back into the searched pieces is the searched output itself.
     same = [i for i, h in enumerate(best) if again[i] == h.tokens]
     scores = dict(
@@ -104,9 +103,7 @@ def _stepwise(translator: Translator, source: str, target: list[int], forced: bo
     """A target's log-probability as search computes it: one cached decoder step a token, each
     scored by `next_token_scores`, a forced first token at 0."""
     model, special = translator.model, translator.tokenizer.ids
-    src = torch.tensor(
-        encode_sources(translator.tokenizer, [source], *translator.languages(None, None))
-    )
+    src = torch.tensor(translator.tokenizer.encode_src([source], *translator.languages(None, None)))
     cache, _, _ = start(model, src, padding_mask(src, special.pad), 0.0, 1)
     never = torch.tensor(special.never_generated)
     ids, total = torch.tensor([special.start]), 0.0
@@ -125,7 +122,7 @@ def test_references_score_as_search_would_step_by_step(any_run, demo_pairs):
     forced = kind in ("m2m100", "nllb")
     pairs = demo_pairs[1000:1010]
     sources, targets = [a for a, _ in pairs], [b for _, b in pairs]
-    ids = encode_targets(translator.tokenizer, targets, translator.tgt_lang)
+    ids = translator.tokenizer.encode_tgt(targets, translator.tgt_lang)
     for (total, count), source, target in zip(
         score_pairs(translator, sources, targets), sources, ids
     ):

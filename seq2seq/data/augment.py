@@ -20,7 +20,6 @@ import torch
 from seq2seq.config import AugmentConfig
 from seq2seq.data.batching import Batch, collate
 from seq2seq.data.corpus import Part, piece_links, piece_words
-from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.parts import INLINE_TAGS
 from seq2seq.data.term_annotation import annotate_pair, term_rng
 from seq2seq.data.term_dictionary import (
@@ -343,8 +342,8 @@ class EpochAugmenter:
         """The changed pairs encoded (grouped by direction), in row order, packed."""
         out = []
         for (src_lang, tgt_lang), group in changed.items():
-            new_src = encode_sources(self.tok, [g[1] for g in group], src_lang, tgt_lang)
-            new_tgt = encode_targets(self.tok, [g[2] for g in group], tgt_lang)
+            new_src = self.tok.encode_src([g[1] for g in group], src_lang, tgt_lang)
+            new_tgt = self.tok.encode_tgt([g[2] for g in group], tgt_lang)
             for (row, _, _, words), s_ids, t_ids in zip(group, new_src, new_tgt):
                 if max(len(s_ids) - 1, len(t_ids)) <= self.max_len:
                     links = [] if words is None else piece_links(self.tok, words, s_ids, t_ids)

@@ -20,7 +20,6 @@ from pandas.util import hash_array  # pandas comes with datasets
 from seq2seq.config import Config, CorpusConfig, DataConfig, TokenizerConfig
 from seq2seq.data.clean import clean_dataset
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
-from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.data.parts import cut_symbols, tagged, tokenizer_symbols
 from seq2seq.data.tokenizer import Tokenizer, train_tokenizer, word_starts
 from seq2seq.errors import UserError
@@ -305,8 +304,8 @@ class _EncodeAndFilter:
                 links.append(None if a is None else word_links(a, at))
         src_text = [s for s, _ in pairs]
         tgt_text = [t for _, t in pairs]
-        src = encode_sources(self._tok, src_text, *self.langs)
-        tgt = encode_targets(self._tok, tgt_text, self.langs[1])
+        src = self._tok.encode_src(src_text, *self.langs)
+        tgt = self._tok.encode_tgt(tgt_text, self.langs[1])
         keep = []
         too_long = ratio = 0
         for i in range(len(pairs)):
@@ -373,7 +372,7 @@ def piece_links(
 
 def piece_words(tok: Tokenizer, ids: list[int], pieces: list[str]) -> list[int]:
     """The whitespace word of each piece of a side (-1 for special ones: EOS, language tags)."""
-    special = {tok.ids.eos, tok.ids.pad, tok.ids.start, *getattr(tok, "languages", {}).values()}
+    special = {tok.ids.eos, tok.ids.pad, tok.ids.start, *tok.languages.values()}
     return word_starts([p if i not in special else "" for i, p in zip(ids, pieces)], {""})
 
 

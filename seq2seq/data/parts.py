@@ -6,7 +6,6 @@ from __future__ import annotations
 import datasets
 
 from seq2seq.config import DataConfig
-from seq2seq.data.multilingual import encode_sources
 from seq2seq.data.term_annotation import TERM_SYMBOLS
 from seq2seq.data.tokenizer import Tokenizer
 
@@ -44,5 +43,5 @@ def cut_symbols(tok: Tokenizer, d: DataConfig) -> list[str]:
     """The symbols this data needs that the tokenizer does not keep as one piece (a tokenizer
     reused or imported from a run trained without them)."""
     needed = tokenizer_symbols(d)
-    encoded = encode_sources(tok, needed, d.src_lang, d.tgt_lang) if needed else []
+    encoded = tok.encode_src(needed, d.src_lang, d.tgt_lang) if needed else []
     return [s for s, ids in zip(needed, encoded) if tok.src_pieces(ids).count(s) != 1]

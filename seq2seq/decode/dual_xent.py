@@ -8,7 +8,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from seq2seq.data.multilingual import encode_sources, encode_targets
 from seq2seq.decode.score import score_pairs
 from seq2seq.decode.translator import Translator
 
@@ -32,8 +31,8 @@ def dual_xent(forward: Translator, backward: Translator, src: list[str], tgt: li
 def _fits(translator: Translator, src: str, tgt: str) -> bool:
     src_lang, tgt_lang = translator.languages(None, None)
     tok, most = translator.tokenizer, translator.model.cfg.max_positions
-    (s,) = encode_sources(tok, [src], src_lang, tgt_lang)
-    (t,) = encode_targets(tok, [tgt], tgt_lang)
+    (s,) = tok.encode_src([src], src_lang, tgt_lang)
+    (t,) = tok.encode_tgt([tgt], tgt_lang)
     return len(s) <= most and len(t) + 1 <= most  # the decoder's start takes a position
 
 

@@ -30,7 +30,6 @@ import torch
 
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.corpus import decode_line
-from seq2seq.data.multilingual import encode_sources, encode_targets, forced_first_token
 from seq2seq.data.tokenizer import SpecialIds
 from seq2seq.decode.translator import Translator
 from seq2seq.errors import UserError
@@ -102,10 +101,10 @@ def _encode(
         raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
     src_lang, tgt_lang = translator.languages(None, None)
     tokenizer = translator.tokenizer
-    src_ids = encode_sources(tokenizer, [s.strip() for s in sources], src_lang, tgt_lang)
-    tgt_ids = encode_targets(tokenizer, [t.strip() for t in targets], tgt_lang)
+    src_ids = tokenizer.encode_src([s.strip() for s in sources], src_lang, tgt_lang)
+    tgt_ids = tokenizer.encode_tgt([t.strip() for t in targets], tgt_lang)
     # The tokenizer leads each target with the forced token when (and only when) one is forced.
-    forced = forced_first_token(tokenizer, tgt_lang) is not None
+    forced = tokenizer.first_target_token(tgt_lang) is not None
     return src_ids, tgt_ids, forced
 
 

@@ -39,7 +39,6 @@ from seq2seq.config import load_run_config
 from seq2seq.data.cooccurrence import flat_sets, pair_keys
 from seq2seq.data.corpus import decode_line
 from seq2seq.data.layouts import load_run_tokenizer
-from seq2seq.data.multilingual import is_many_language
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
@@ -119,9 +118,7 @@ def build_shortlist(
 
 def always_kept(tokenizer: Tokenizer) -> set[int]:
     """Target ids every batch keeps whatever its words: EOS, UNK and language tags."""
-    ids = {tokenizer.ids.eos, tokenizer.ids.unk}
-    if is_many_language(tokenizer):
-        ids |= set(tokenizer.languages.values())
+    ids = {tokenizer.ids.eos, tokenizer.ids.unk, *tokenizer.languages.values()}
     return {i for i in ids if 0 <= i < tokenizer.tgt_vocab_size}
 
 
@@ -158,9 +155,8 @@ class _Counts:
     @classmethod
     def start(cls, tokenizer: Tokenizer, k: int) -> _Counts:
         ids = tokenizer.ids
-        skip = {ids.pad, ids.eos, ids.unk, ids.start} | ({ids.bos} - {None})
-        if is_many_language(tokenizer):
-            skip |= set(tokenizer.languages.values())
+        skip = {ids.pad, ids.eos, ids.unk, ids.start, *tokenizer.languages.values()}
+        skip |= {ids.bos} - {None}
         vs, vt = tokenizer.src_vocab_size, tokenizer.tgt_vocab_size
         empty = torch.zeros(0, dtype=torch.long)
         if vs >= 1 << 19:  # _best_per_source packs a source id in 19 bits

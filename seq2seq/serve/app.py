@@ -24,7 +24,7 @@ from typing import Any
 
 from seq2seq import __version__
 from seq2seq.config import DecodeConfig, load_run_config
-from seq2seq.data.multilingual import SPECIAL_STRINGS, is_many_language
+from seq2seq.data.multilingual import SPECIAL_STRINGS
 from seq2seq.decode.annotate import translate_sources
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Source, Translator
@@ -135,7 +135,7 @@ def glossary_refusal(translator: Translator) -> str | None:
     """Why this model takes no glossary, or None: a model whose translations start with a
     forced target-language token (M2M100, NLLB) would get term ids led by that token."""
     tokenizer = translator.tokenizer
-    if is_many_language(tokenizer) and tokenizer.cfg.target_language == "forced_first":
+    if tokenizer.languages and tokenizer.cfg.target_language == "forced_first":
         return (
             "glossaries are not supported for this model: its translations start with a "
             "forced target-language token (M2M100, NLLB)"
@@ -147,7 +147,7 @@ def special_strings(translator: Translator) -> re.Pattern:
     """Where a string starts that the tokenizer reads as one special token inside text: `</s>`
     and the other special-token strings, a language tag (`>>fr<<`, as Marian reads one), and a
     many-language model's language tokens (`__fr__`, `fra_Latn`)."""
-    strings = set(SPECIAL_STRINGS.values()) | set(getattr(translator.tokenizer, "atomic", {}))
+    strings = set(SPECIAL_STRINGS.values()) | set(translator.tokenizer.atomic)
     alternatives = [">>.*?<<", *map(re.escape, sorted(strings, key=len, reverse=True))]
     return re.compile(f"(?=(?:{'|'.join(alternatives)}))", re.DOTALL)
 
@@ -494,9 +494,7 @@ class Engine:
         self.translator, self.info, self.limits = translator, info, limits
         self.state, self.metrics = state, metrics
         self.check = request_checker(translator, limits)
-        many = (
-            list(translator.tokenizer.languages) if is_many_language(translator.tokenizer) else None
-        )
+        many = list(translator.tokenizer.languages) or None
         self.pairs = served_pairs(info["source_language"], info["target_language"], many)
         self.glossary_refusal = glossary_refusal(translator)
 
