@@ -253,10 +253,13 @@ def _new_glossary(models, store: GlossaryStore, key: str | None, fields: dict):
         if not isinstance(fields.get(name), str) or not fields[name]:
             raise RequestError(400, name, f"Missing or invalid argument: {name}")
     source, target = _languages(models, fields)
-    refusal = models.route(source, target).glossary_refusal
-    if refusal:
-        raise RequestError(400, "glossary", refusal)
-    entries = glossary_entries(fields["entries"], fields.get("entries_format") or "tsv")
+    engine = models.route(source, target)
+    if engine.glossary_refusal:
+        raise RequestError(400, "glossary", engine.glossary_refusal)
+    entries_format = fields.get("entries_format") or "tsv"
+    entries = glossary_entries(
+        fields["entries"], entries_format, engine.limits.max_glossary_chars
+    )
     made = store.add(key, name=fields["name"], source=source, target=target, entries=entries)
     if made is None:
         raise RequestError(456, "glossary", f"Quota exceeded: at most {store.cap} glossaries a key")

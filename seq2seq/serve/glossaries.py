@@ -24,12 +24,20 @@ def read_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]
     return [pair for _, pair in _numbered_entries(text, entries_format)]
 
 
-def glossary_entries(text: str, entries_format: str = "tsv") -> list[tuple[str, str]]:
+def glossary_entries(
+    text: str, entries_format: str = "tsv", max_chars: int | None = None
+) -> list[tuple[str, str]]:
     """The entries of a glossary to keep (DeepL's POST /v2/glossaries): as `read_entries`, and
     refused (400 naming the row) where building the glossary for decoding would refuse them,
-    so that no glossary is kept that every later use refuses."""
+    or (413) over `max_chars` term characters, the limit every request that used it would
+    hit: so that no glossary is kept that every later use refuses."""
     numbered = _numbered_entries(text, entries_format)
     pairs = [pair for _, pair in numbered]
+    chars = sum(len(a) + len(b) for a, b in pairs)
+    if max_chars is not None and chars > max_chars:
+        raise RequestError(
+            413, "entries", f"glossary has {chars} characters in its terms; at most {max_chars}"
+        )
     try:
         make_glossary(pairs, [f"entries row {number}" for number, _ in numbered])
     except UserError as e:
