@@ -12,6 +12,7 @@ import pytest
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.annotate import Annotated
+from seq2seq.decode.glossary import read_glossary
 from seq2seq.document import translate
 from seq2seq.document.translate import FAILED, TOO_LONG, UNKNOWN, translate_document
 from tests.factories import tiny_translator, untrained_run
@@ -137,3 +138,27 @@ def test_po_file_translated_end_to_end_passes_msgfmt(tmp_path, run, demo_pairs):
         text=True,
     )
     assert checked.returncode == 0, checked.stderr
+
+
+@pytest.mark.slow
+def test_html_inline_tags_come_back_once_each_around_model_output(translator, demo_pairs):
+    words = demo_pairs[0][0].split()
+    page = f"<p>{' '.join(words[:2])} <b>{' '.join(words[2:4])}</b> {' '.join(words[4:])}</p>"
+    data = f'<html><body>{page}\n<img src="a.png" alt="{demo_pairs[1][0]}"></body></html>'
+    out, report = translate_document(translator, data.encode(), "html")
+    text = out.decode()
+    assert report.translated == 2 and not report.kept
+    assert text.startswith("<html><body><p>") and text.endswith('"></body></html>')
+    assert text.count("<b>") == 1 and text.count("</b>") == 1
+    assert text.index("<b>") < text.index("</b>") and '<img src="a.png" alt="' in text
+    assert demo_pairs[1][0] not in text
+
+
+@pytest.mark.slow
+def test_a_glossary_term_reaches_the_translated_document(translator, demo_pairs, tmp_path):
+    source = demo_pairs[0][0]
+    (tmp_path / "terms.tsv").write_text(f"{source.split()[-1].rstrip('.')}\tparc\n")
+    glossary = read_glossary(tmp_path / "terms.tsv")
+    beam = translator.with_decode(DecodeConfig(beam_size=4))
+    out, report = translate_document(beam, f"{source}\n".encode(), "text", glossary=glossary)
+    assert report.translated == 1 and "parc" in out.decode()

@@ -3,7 +3,6 @@ cannot be translated keeps its source text and is counted; the file rebuilt whol
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -61,15 +60,13 @@ def translate_document(
     document = reader(fmt)(data)
     texts = list(dict.fromkeys(s for s in document.segments if _has_words(s)))
     report = Report(segments=len(document.segments), unique=len(texts))
-    if glossary is not None:
-        translator = copy.copy(translator)  # a request's glossary on a shared model
-        translator.glossary = glossary
     done: dict[str, str] = {}
     if progress is not None:
         progress(0, len(texts))
     for at in range(0, len(texts), BATCH):
         chunk = texts[at : at + BATCH]
-        done.update(_translate_chunk(translator, chunk, (src_lang, tgt_lang), report))
+        options = {"glossary": glossary, "src_lang": src_lang, "tgt_lang": tgt_lang}
+        done.update(_translate_chunk(translator, chunk, options, report))
         if progress is not None:
             progress(len(chunk), len(texts))
     report.translated = sum(1 for s in texts if s in done)
@@ -83,18 +80,16 @@ def _has_words(segment: str) -> bool:
         return any(c.isalpha() for c in segment)
 
 
-def _translate_chunk(translator, chunk: list[str], languages, report: Report) -> dict[str, str]:
-    """Translations of the segments of `chunk` that can be translated (the others counted)."""
+def _translate_chunk(translator, chunk: list[str], options: dict, report: Report) -> dict[str, str]:
+    """Translations of the segments of `chunk` that can be translated (the others counted);
+    `options`: `Translator.prepare`'s glossary and languages (None: the translator's)."""
     parsed: list[tuple[str, Marked]] = []
     for segment in chunk:
         try:
             parsed.append((segment, parse(segment, "xml")))
         except MalformedMarkup:  # a format module's bug, not the user's: the text stays
             _kept(report, FAILED)
-    src_lang, tgt_lang = languages
-    sources = translator.prepare(
-        [m.text for _, m in parsed], src_lang=src_lang, tgt_lang=tgt_lang, truncate=False
-    )
+    sources = translator.prepare([m.text for _, m in parsed], truncate=False, **options)
     ready: list[tuple[str, Marked, Source]] = []
     for (segment, marked), source in zip(parsed, sources):
         why = _untranslatable(translator, source)
