@@ -12,6 +12,7 @@ import io
 import re
 import struct
 import zipfile
+from pathlib import Path
 
 import pytest
 from docx import Document as WordDocument
@@ -34,6 +35,7 @@ from pptx.util import Inches
 
 from seq2seq.decode.markup import parse, reinsert
 from seq2seq.document import odf, ooxml, zipdoc
+from seq2seq.document.formats import format_of, reader
 from seq2seq.errors import UserError
 
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
@@ -581,3 +583,32 @@ def test_a_picture_damaged_inside_the_zip_is_refused_when_read(offset):
     data[at] ^= 0xFF
     with pytest.raises(UserError, match="corrupt"):
         ooxml.read(bytes(data))
+
+
+def test_spaces_tabs_and_line_breaks_are_kept_in_every_format():
+    document = OpenDocumentText()
+    paragraph = P()
+    teletype.addTextToElement(paragraph, "One  two\tthree")  # as text:s and text:tab
+    document.text.addElement(paragraph)
+    out = translated(odf, saved(document))
+    assert odf_texts(out) == ["ONE  TWO\tTHREE"]
+    presentation = Presentation()
+    slide = presentation.slides.add_slide(presentation.slide_layouts[6])
+    box = slide.shapes.add_textbox(0, 0, Inches(4), Inches(1))
+    box.text_frame.text = "First line\vsecond line"
+    out = translated(ooxml, saved(presentation))
+    shape = Presentation(io.BytesIO(out)).slides[0].shapes[0]
+    assert shape.text_frame.text == "FIRST LINE\vSECOND LINE"
+    word = WordDocument()
+    word.add_paragraph("Left\tright").add_run().add_break()
+    word.paragraphs[0].add_run("below")
+    out = translated(ooxml, saved(word))
+    assert WordDocument(io.BytesIO(out)).paragraphs[0].text == "LEFT\tRIGHT\nBELOW"
+
+
+@pytest.mark.parametrize(
+    "name, fmt", [("a.docx", "docx"), ("b.PPTX", "pptx"), ("c.odt", "odt"), ("d.odp", "odp")]
+)
+def test_office_formats_are_known_by_their_extension(name, fmt):
+    assert format_of(Path(name)) == fmt
+    assert reader(fmt) in (ooxml.read, odf.read)
