@@ -297,6 +297,31 @@ def test_xliff_2_targets_keep_pc_and_ph_and_mark_the_segment():
     assert 'CLICK <pc id="1">HERE</pc> <ph id="2"/></target>' in target
 
 
+XLIFF_SEGMENTED = b"""<?xml version="1.0" encoding="UTF-8"?>
+<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
+ <file source-language="en" target-language="fr" datatype="plaintext" original="app"><body>
+  <trans-unit id="1"><source>First one. Second <g id="1">one</g>.</source>
+   <seg-source><mrk mtype="seg" mid="1">First one.</mrk> <mrk mtype="seg" mid="2">Second \
+<g id="1">one</g>.</mrk></seg-source>
+  </trans-unit>
+ </body></file>
+</xliff>
+"""
+
+
+def test_xliff_12_seg_source_sentences_fill_their_own_mrk_in_the_target():
+    """CAT tools (Trados, memoQ) segment a unit into `<mrk mtype="seg">`: each is one segment,
+    and the target holds the same mrks."""
+    segments, out = translated(xliff.read, XLIFF_SEGMENTED)
+    assert segments == ["First one.", "Second <g1>one</g1>."]
+    target = etree.fromstring(out).find(".//x:trans-unit/x:target", NS_12)
+    written = etree.tostring(target, encoding=str, with_tail=False)
+    assert '<mrk mtype="seg" mid="1">FIRST ONE.</mrk> <mrk mtype="seg" mid="2">SECOND ' in written
+    assert '<g id="1">ONE</g>.</mrk></target>' in written
+    assert target.getprevious().tag.endswith("seg-source")
+    assert target.get("state") == "needs-review-translation"
+
+
 EXTERNAL = b"""<?xml version="1.0"?>
 <!DOCTYPE xliff [<!ENTITY secret SYSTEM "file:///etc/passwd">]>
 <xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2"><file><body>

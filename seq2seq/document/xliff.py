@@ -31,15 +31,16 @@ def read(data: bytes) -> Document:
     if etree.QName(root).localname != "xliff" or ns not in (NS_12, NS_2):
         raise UserError("not an XLIFF 1.2 or 2.x file (root <xliff> in the XLIFF namespace)")
     units = list(_untranslated(root, ns))
-    found = [_segment(source) for source, _ in units]
+    found = [_segment(source) for source, *_ in units]
 
     def rebuild(translations: list[str]) -> bytes:
-        for (source, holder), (_, codes), t in zip(units, found, translations):
-            target = _target(source, holder, ns)
+        for (source, holder, seg), (_, codes), t in zip(units, found, translations):
+            target = _target(source, holder, ns) if not seg else _seg_target(source, holder)
             _fill(target, decode(t, codes))
             if ns == NS_12:
-                target.set("state", "needs-review-translation")
-                target.set("state-qualifier", "mt-suggestion")
+                marked = holder.find(f"{{{ns}}}target")
+                marked.set("state", "needs-review-translation")
+                marked.set("state-qualifier", "mt-suggestion")
             else:
                 holder.set("state", "translated")
                 holder.set("subState", "seq2seq:mt")
@@ -48,17 +49,53 @@ def read(data: bytes) -> Document:
     return Document([segment for segment, _ in found], rebuild)
 
 
-def _untranslated(root, ns: str) -> Iterator[tuple[etree._Element, etree._Element]]:
-    """(source, the element holding it and its target) of each source with no target text."""
+def _untranslated(root, ns: str) -> Iterator[tuple[etree._Element, etree._Element, bool]]:
+    """(source, the element holding it and its target, whether the source is a `<mrk
+    mtype="seg">` of a 1.2 `<seg-source>`) of each source with no target text."""
     holder = "trans-unit" if ns == NS_12 else "segment"
     for element in root.iter(f"{{{ns}}}{holder}"):
         if element.get("translate") == "no" or _unit(element, ns).get("translate") == "no":
             continue
         source = element.find(f"{{{ns}}}source")
         target = element.find(f"{{{ns}}}target")
-        if source is None or (target is not None and "".join(target.itertext()).strip()):
-            continue
-        yield source, element
+        segmented = element.find(f"{{{ns}}}seg-source")
+        if segmented is not None:  # a CAT tool's sentences: each translated in its own mrk
+            for mrk in segmented.iter(f"{{{ns}}}mrk"):
+                if mrk.get("mtype") == "seg" and not _has_text(_seg_in(target, mrk.get("mid"))):
+                    yield mrk, element, True
+        elif source is not None and not _has_text(target):
+            yield source, element, False
+
+
+def _has_text(element) -> bool:
+    return element is not None and bool("".join(element.itertext()).strip())
+
+
+def _seg_in(target, mid: str | None):
+    """The target's `<mrk mtype="seg">` numbered `mid`, if any."""
+    if target is None:
+        return None
+    for mrk in target.iter(f"{{{NS_12}}}mrk"):
+        if mrk.get("mtype") == "seg" and mrk.get("mid") == mid:
+            return mrk
+    return None
+
+
+def _seg_target(mrk, unit):
+    """The target's mrk of `mrk`'s number, emptied: a missing target is made from the
+    seg-source (the space between its sentences kept), a missing mrk appended to it."""
+    target = unit.find(f"{{{NS_12}}}target")
+    if target is None:
+        segmented = unit.find(f"{{{NS_12}}}seg-source")
+        target = copy.deepcopy(segmented)
+        target.tag = f"{{{NS_12}}}target"
+        segmented.addnext(target)
+    found = _seg_in(target, mrk.get("mid"))
+    if found is None:
+        found = etree.SubElement(target, mrk.tag, dict(mrk.attrib))
+    found.text = None
+    found[:] = []
+    return found
 
 
 def _unit(element, ns: str):
