@@ -24,7 +24,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, Tokenizer, VocabTokenizer, read_json
+from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, VocabTokenizer, read_json
 from seq2seq.errors import UserError
 
 SPM_FILE = "sentencepiece.bpe.model"
@@ -227,51 +227,3 @@ def tagged_tokenizer(sp: spm.SentencePieceProcessor, cfg: TokenizerConfig) -> La
     vocab = piece_ids(sp, leave_out=frozenset(cfg.languages.values()))
     cfg = cfg.model_copy(update={"vocab_size": sp.get_piece_size()})
     return LanguageTokenizer(sp, vocab, cfg=cfg)
-
-
-def is_many_language(tokenizer: Tokenizer) -> bool:
-    """Whether the tokenizer knows language tokens (a model of many directions)."""
-    return bool(getattr(tokenizer, "languages", None))
-
-
-def check_languages(
-    tokenizer: Tokenizer, given: tuple[str | None, str | None], defaults: tuple[str, str]
-) -> tuple[str, str]:
-    """The (source, target) languages meant: those given, else the run's defaults. A language
-    the model lacks, or one it needs and nobody gave, is one UserError naming the known ones;
-    a model of one pair takes no other languages than its own."""
-    if not is_many_language(tokenizer):
-        for code, own, side in zip(given, defaults, ("source", "target")):
-            if code and own and code != own:
-                raise UserError(
-                    f"{side} language {code!r}: this model translates {defaults[0]} → "
-                    f"{defaults[1]} only"
-                )
-        return defaults
-    src, tgt = (g or d for g, d in zip(given, defaults))
-    if tokenizer.cfg.source_language != "none":
-        tokenizer.language_id(src, "source language")
-    tokenizer.language_id(tgt, "target language")
-    return src, tgt
-
-
-def encode_sources(
-    tokenizer: Tokenizer, texts: list[str], lang: str, tgt_lang: str | None = None
-) -> list[list[int]]:
-    """Source ids of texts in `lang` to translate into `tgt_lang` (only a many-language model's
-    ids depend on them)."""
-    if is_many_language(tokenizer):
-        return tokenizer.encode_src(texts, lang, tgt_lang)
-    return tokenizer.encode_src(texts)
-
-
-def encode_targets(tokenizer: Tokenizer, texts: list[str], lang: str) -> list[list[int]]:
-    """Target ids of texts in `lang`, for training (led by its token when that is forced)."""
-    if is_many_language(tokenizer):
-        return tokenizer.encode_tgt(texts, lang)
-    return tokenizer.encode_tgt(texts)
-
-
-def forced_first_token(tokenizer: Tokenizer, lang: str) -> int | None:
-    """The first target token forced for `lang` (None: the model forces nothing)."""
-    return tokenizer.first_target_token(lang) if is_many_language(tokenizer) else None

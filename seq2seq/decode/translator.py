@@ -14,7 +14,6 @@ import torch
 
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
-from seq2seq.data.multilingual import check_languages, encode_sources, forced_first_token
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.glossary import Glossary, term_ids
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
@@ -73,7 +72,7 @@ class Translator:
         """The (source, target) languages a request means, the run's defaults filling in;
         a language the model lacks (or a missing one it needs) is one UserError."""
         given, defaults = (src_lang, tgt_lang), (self.src_lang, self.tgt_lang)
-        return check_languages(self.tokenizer, given, defaults)
+        return self.tokenizer.check_languages(given, defaults)
 
     def translate(
         self,
@@ -150,7 +149,7 @@ class Translator:
             wanted[i].append(
                 term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
             )
-        first = forced_first_token(self.tokenizer, tgt_lang)
+        first = self.tokenizer.first_target_token(tgt_lang)
         return [
             Source(tuple(p), tuple(w) if any(w) else (), first, line=first_line + i)
             for i, (p, w) in enumerate(zip(pieces, wanted))
@@ -239,7 +238,7 @@ def _encode(
 ) -> list[list[int]]:
     """Source ids of each segment, cut to `most` tokens if given (`owner`: 0-based input line
     numbers, for the warning; `langs`: source and target language)."""
-    ids = encode_sources(tokenizer, segments, *langs) if segments else []
+    ids = tokenizer.encode_src(segments, *langs) if segments else []
     for j, seq in enumerate(ids):
         if most is not None and len(seq) > most:
             log.warning(
