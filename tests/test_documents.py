@@ -85,6 +85,15 @@ def test_markdown_translates_text_and_leaves_code_and_urls():
     assert "[ref]: http://ref.example/path" in text
 
 
+def test_markdown_front_matter_and_bare_urls_are_left_alone():
+    data = b"---\ntitle: My page\ntags: [a, b]\n---\n\nSee https://example.org/a_b, then go.\n"
+    segments, out = translated(markdown.read, data)
+    assert segments == ["See <x1/>, then go."]
+    assert (
+        out == b"---\ntitle: My page\ntags: [a, b]\n---\n\nSEE https://example.org/a_b, THEN GO.\n"
+    )
+
+
 def test_markdown_untranslated_is_byte_identical():
     document = markdown.read(MARKDOWN.encode())
     assert document.rebuild(document.segments) == MARKDOWN.encode()

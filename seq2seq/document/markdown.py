@@ -26,6 +26,7 @@ INLINE = re.compile(
     r"|(?P<link>\[(?P<text>(?:[^\[\]]|\[[^\]]*\])*)\]"
     r"(?P<dest>\((?:[^()\s]|\([^()]*\))*(?:\s+(?:\"[^\"]*\"|'[^']*'|\([^)]*\)))?\s*\)|\[[^\]]*\])?)"
     r"|(?P<escape>\\[!-/:-@\[-`{-~])"
+    r"|(?P<url>(?:https?|ftp)://[^\s<>]*[^\s<>.,;:!?'\")\]*_])"  # a bare URL, not linked
     r"|(?P<emphasis>\*\*|__|\*|_)"
 )
 
@@ -39,8 +40,11 @@ def read(data: bytes) -> Document:
         starts.append(starts[-1] + len(line))
     ranges, texts = [], []  # (start, end) in the source of each block's text, and the text
     cursor = (-1, 0)  # (line, column) past the last block found: cells share a line
+    front = _front_matter(lines)
     for token in MarkdownIt("commonmark").enable("table").parse(source):
         if token.type != "inline" or token.map is None or not token.content.strip():
+            continue
+        if token.map[0] < front:  # YAML front matter (Jekyll, Hugo, MkDocs): not Markdown
             continue
         found = _located(lines, token.map[0], token.content.split("\n"), cursor)
         if found is not None:
@@ -60,6 +64,16 @@ def read(data: bytes) -> Document:
         return "".join(out).encode("utf-8")
 
     return Document([segment for segment, _ in found], rebuild)
+
+
+def _front_matter(lines: list[str]) -> int:
+    """How many lines a `---` … `---` YAML block at the top takes (0: none)."""
+    if not lines or lines[0].rstrip() != "---":
+        return 0
+    for n, line in enumerate(lines[1:], 2):
+        if line.rstrip() in ("---", "..."):
+            return n
+    return 0
 
 
 def _located(lines: list[str], first: int, content: list[str], cursor):
