@@ -21,6 +21,8 @@ from docx.opc.constants import RELATIONSHIP_TYPE as RT
 from docx.opc.packuri import PackURI
 from docx.opc.part import Part
 from docx.oxml import parse_xml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lxml import etree
 from odf import teletype
 from odf.draw import Frame, Image, Page, TextBox
@@ -612,3 +614,30 @@ def test_spaces_tabs_and_line_breaks_are_kept_in_every_format():
 def test_office_formats_are_known_by_their_extension(name, fmt):
     assert format_of(Path(name)) == fmt
     assert reader(fmt) in (ooxml.read, odf.read)
+
+
+@pytest.fixture(scope="module")
+def files() -> tuple[bytes, bytes]:
+    """A .docx and an .odt, built once for the fuzzed translations."""
+    return word_file(), text_file()
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(["<r2>", "</r2>", "<a1>", "</a1>", "<x1/>", "<x2/>", "<r9>", "</x1>"]),
+            st.text(max_size=8),
+        ),
+        max_size=12,
+    )
+)
+def test_any_translation_rebuilds_a_file_that_opens(files, pieces):
+    # Whatever comes back (tags lost, repeated, crossed, unknown; control characters), the
+    # file is rebuilt and opens.
+    translation = "".join(pieces)
+    document = ooxml.read(files[0])
+    out = document.rebuild([translation] * len(document.segments))
+    WordDocument(io.BytesIO(out))
+    document = odf.read(files[1])
+    load(io.BytesIO(document.rebuild([translation] * len(document.segments))))

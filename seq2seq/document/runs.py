@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 TOKEN = re.compile(r"<(/?)([rac])(\d+)>|<x(\d+)/>")
+# Characters XML cannot hold (control characters, lone surrogates): a translation's are dropped.
+NOT_XML = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 @dataclass
@@ -164,8 +166,9 @@ def replay(
 
 def _emit_text(text: str, links: list[int], formats: list[int], common: int, on_text) -> None:
     """Pass unescaped text on under the innermost open format."""
+    text = NOT_XML.sub("", html.unescape(text))
     if text:
-        on_text(tuple(links), formats[-1] if formats else common, html.unescape(text))
+        on_text(tuple(links), formats[-1] if formats else common, text)
 
 
 def _open_or_close(stack: list[int], index: int, closing: str) -> None:
