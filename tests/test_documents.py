@@ -306,6 +306,14 @@ def test_xliff_2_targets_keep_pc_and_ph_and_mark_the_segment():
     assert 'CLICK <pc id="1">HERE</pc> <ph id="2"/></target>' in target
 
 
+def test_xliff_text_marked_not_to_translate_stays_as_it_was():
+    data = XLIFF_2.replace(b"here</pc>", b'here</pc> <mrk id="m" translate="no">Acme Box</mrk>')
+    segments, out = translated(xliff.read, data)
+    assert segments == ["Click <g1>here</g1> <x3/> <x4/>"]
+    target = etree.fromstring(out).find(".//x:segment/x:target", NS_2)
+    assert '<mrk id="m" translate="no">Acme Box</mrk>' in etree.tostring(target, encoding=str)
+
+
 XLIFF_SEGMENTED = b"""<?xml version="1.0" encoding="UTF-8"?>
 <xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
  <file source-language="en" target-language="fr" datatype="plaintext" original="app"><body>

@@ -114,7 +114,7 @@ def _walk(element, pieces: Pieces) -> None:
     for child in element:
         if not isinstance(child.tag, str):  # a comment or processing instruction: kept as a point
             pieces.point(_alone(child))
-        elif etree.QName(child).localname in PAIRS:
+        elif etree.QName(child).localname in PAIRS and not _protected(child):
             shell = copy.copy(child)
             shell[:] = []
             shell.text = shell.tail = None
@@ -124,6 +124,11 @@ def _walk(element, pieces: Pieces) -> None:
         else:
             pieces.point(_alone(child))
         pieces.text(child.tail or "")
+
+
+def _protected(element) -> bool:
+    """An annotation whose text is not to be translated (2.x translate="no", 1.2 protected)."""
+    return element.get("translate") == "no" or element.get("mtype") == "protected"
 
 
 def _alone(element):
