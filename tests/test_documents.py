@@ -170,6 +170,15 @@ def test_srt_keeps_numbers_and_timing_and_rewraps_within_the_cue():
     assert blocks[1] == "2\n00:00:03,000 --> 00:00:04,000\nFINE, THANKS.\n"
 
 
+def test_srt_cues_without_a_blank_line_between_stay_apart():
+    data = SRT.replace("today?\n\n2\n", "today?\n2\n").encode()
+    segments, out = translated(subtitles.read_srt, data)
+    assert segments == ["Hello <g1>there</g1>, how are you today?", "Fine, thanks."]
+    assert out.decode().endswith(
+        "ARE YOU TODAY?\n2\n00:00:03,000 --> 00:00:04,000\nFINE, THANKS.\n"
+    )
+
+
 def test_vtt_keeps_header_notes_settings_and_cue_tags():
     _, out = translated(subtitles.read_vtt, VTT.encode())
     text = out.decode()

@@ -40,14 +40,8 @@ def _read(data: bytes, vtt: bool) -> Document:
     cues = []  # (start, end, number of lines) of each cue's text
     for block in BLOCK.finditer(text):
         lines = block.group(0).splitlines(keepends=True)
-        timed = [i for i, line in enumerate(lines) if TIMING.match(line)]
-        if not timed or lines[0].startswith(("NOTE", "STYLE", "REGION")):
-            continue
-        first = timed[0] + 1
-        start = block.start() + sum(len(line) for line in lines[:first])
-        end = start + len("".join(lines[first:]).rstrip("\r\n"))
-        if end > start:
-            cues.append((start, end, len(lines) - first))
+        if not lines[0].startswith(("NOTE", "STYLE", "REGION")):
+            cues += _cues(lines, block.start())
     if not cues and not vtt:
         raise UserError("not a subtitle file: no cue with a timing line (00:00:01,000 --> …)")
     found = [_segment(text[a:b], vtt) for a, b, _ in cues]
@@ -64,6 +58,25 @@ def _read(data: bytes, vtt: bool) -> Document:
         return "".join(out).encode("utf-8")
 
     return Document([segment for segment, _ in found], rebuild)
+
+
+def _cues(lines: list[str], at: int) -> list[tuple[int, int, int]]:
+    """(start, end, lines) of the text of each cue in a block of lines starting at offset `at`:
+    the lines after a timing line, up to the next cue's number and timing (a blank line
+    missing between two cues is not the next cue's text)."""
+    timed = [i for i, line in enumerate(lines) if TIMING.match(line)]
+    starts = [at]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    out = []
+    for k, i in enumerate(timed):
+        last = timed[k + 1] if k + 1 < len(timed) else len(lines)
+        if last < len(lines) and last - 1 > i and lines[last - 1].strip().isdigit():
+            last -= 1  # the next cue's number
+        end = starts[i + 1] + len("".join(lines[i + 1 : last]).rstrip("\r\n"))
+        if end > starts[i + 1]:
+            out.append((starts[i + 1], end, last - i - 1))
+    return out
 
 
 def _segment(cue: str, vtt: bool) -> tuple[str, dict]:
