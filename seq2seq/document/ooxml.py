@@ -25,6 +25,7 @@ from seq2seq.errors import UserError
 W = "http://schemas.openxmlformats.org/wordprocessingml/2006/main"
 A = "http://schemas.openxmlformats.org/drawingml/2006/main"
 XML_SPACE = "{http://www.w3.org/XML/1998/namespace}space"
+KIND = "Office document"
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ SLIDES = Dialect(
 
 def read(data: bytes) -> Document:
     """Read a .docx or .pptx into its paragraphs' segments and a rebuild of the whole file."""
-    parts = zipdoc.open_package(data, "Office document", _wanted)
+    parts = zipdoc.open_package(data, KIND, _wanted)
     if "word/document.xml" in parts:
         dialect = WORD
     elif "ppt/presentation.xml" in parts:
@@ -82,7 +83,8 @@ def read(data: bytes) -> Document:
     names = [name for name in parts if dialect.parts.fullmatch(name)]
     segments, counts = [], []
     for name in names:
-        found = [runs.segment(flat) for _, flat in _paragraphs(parts[name], name, dialect)]
+        tree = zipdoc.parse_xml(parts[name], name, KIND)
+        found = [runs.segment(flat) for _, flat in _paragraphs(tree, dialect)]
         segments.extend(found)
         counts.append(len(found))
 
@@ -106,9 +108,8 @@ def _wanted(name: str) -> bool:
     return any(dialect.parts.fullmatch(name) for dialect in (WORD, SLIDES))
 
 
-def _paragraphs(body: bytes, name: str, dialect: Dialect, tree=None):
+def _paragraphs(tree, dialect: Dialect):
     """Each paragraph of a part that has text, with its flattened runs, in document order."""
-    tree = tree if tree is not None else zipdoc.parse_xml(body, name, "Office document")
     for paragraph in list(tree.iter(dialect.q("p"))):
         flat = Flat()
         _flatten(paragraph, (), flat, dialect)
@@ -118,9 +119,9 @@ def _paragraphs(body: bytes, name: str, dialect: Dialect, tree=None):
 
 def _rewrite(body: bytes, name: str, dialect: Dialect, translations: list[str]) -> bytes:
     """A part's XML with each paragraph that has text rebuilt from its translation."""
-    tree = zipdoc.parse_xml(body, name, "Office document")
+    tree = zipdoc.parse_xml(body, name, KIND)
     # Flattened before any is rebuilt: a text box's paragraphs sit inside another's atoms.
-    found = list(_paragraphs(body, name, dialect, tree))
+    found = list(_paragraphs(tree, dialect))
     for (paragraph, flat), translation in zip(found, translations):
         _rebuild(paragraph, flat, translation, dialect)
     return zipdoc.serialize_xml(tree)
