@@ -12,6 +12,7 @@ from seq2seq.decode.constrained import ConstrainedBeam, Spellings, _allocation
 from seq2seq.decode.glossary import term_use
 from seq2seq.decode.search import beam_search, constrained_beam_search, decode, length_penalty
 from seq2seq.decode.spelling import cut_words, inner_ends
+from seq2seq.decode.step import Settings
 from seq2seq.decode.translator import Translator
 from tests.constrained_cases import (
     ENGLISH,
@@ -37,9 +38,9 @@ def _random_terms(seed: int, batch: int, per_sentence: int, vocab: int = 40):
     return out
 
 
-def _search(model, src, constraints, **kw):
-    kw = {"beam": 4, "max_len_a": 1.5, "max_len_b": 6, **kw}
-    return constrained_beam_search(model, src, padding_mask(src), constraints, **kw)
+def _search(model, src, constraints, glue=None, **kw):
+    settings = Settings(**{"beam": 4, "max_len_a": 1.5, "max_len_b": 6, **kw})
+    return constrained_beam_search(model, src, padding_mask(src), constraints, settings, glue=glue)
 
 
 @torch.no_grad()
@@ -94,7 +95,7 @@ def test_a_term_inside_another_term_is_kept_by_the_longer_one():
 
 def test_a_term_the_model_produces_anyway_is_counted_and_kept_once():
     model, src = random_model(2), random_sources(2, batch=3)
-    plain = beam_search(model, src, padding_mask(src), beam=4, max_len_a=1.5, max_len_b=6)
+    plain = beam_search(model, src, padding_mask(src), Settings(beam=4, max_len_a=1.5, max_len_b=6))
     constraints = []
     for (free,) in plain:  # a span of the free output it holds once
         spans = [tuple(free.tokens[i : i + 2]) for i in range(len(free.tokens) - 1)]

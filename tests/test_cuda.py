@@ -14,6 +14,7 @@ import torch
 
 from seq2seq.data.batching import collate, no_peek_mask, padding_mask
 from seq2seq.decode.search import beam_search, greedy
+from seq2seq.decode.step import Settings
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TranslationLoss
 from seq2seq.train.trainer import accumulate_gradients
@@ -172,9 +173,9 @@ def test_decoding_waits_for_the_device_at_most_once_a_step(beam):
     def decode():
         with torch.autocast("cuda", dtype=BF16):
             if beam == 1:
-                greedy(model, src, mask, max_len_a=0.0, max_len_b=cap)
+                greedy(model, src, mask, Settings(max_len_a=0.0, max_len_b=cap, alpha=0.0))
             else:
-                beam_search(model, src, mask, beam=beam, max_len_a=0.0, max_len_b=cap)
+                beam_search(model, src, mask, Settings(beam=beam, max_len_a=0.0, max_len_b=cap))
 
     decode()  # warm-up: kernels loaded, allocator primed
     syncs = _syncs_while(decode)

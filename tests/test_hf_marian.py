@@ -25,6 +25,7 @@ from seq2seq.cli.app import app
 from seq2seq.config import load_run_config, run_decode
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
 from seq2seq.decode.search import decode, greedy
+from seq2seq.decode.step import Settings
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
@@ -171,7 +172,9 @@ def test_imported_greedy_output_is_generates(imported):
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
     mask = padding_mask(src, special.pad)
     cap = 24
-    ours = greedy(tr.model, src, mask, max_len_a=0.0, max_len_b=cap, alpha=0.0, special=special)
+    ours = greedy(
+        tr.model, src, mask, Settings(max_len_a=0.0, max_len_b=cap, alpha=0.0, special=special)
+    )
     generated = hf_model.generate(
         input_ids=src,
         attention_mask=mask,
@@ -241,7 +244,10 @@ def test_ctranslate2_export_of_an_imported_model_decodes_as_ours_greedily(import
     special = tr.tokenizer.ids
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
     ours = greedy(
-        tr.model, src, padding_mask(src, special.pad), max_len_a=0.0, max_len_b=cap, special=special
+        tr.model,
+        src,
+        padding_mask(src, special.pad),
+        Settings(max_len_a=0.0, max_len_b=cap, special=special, alpha=0.0),
     )
     model = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1)
     pieces = tr.tokenizer.src.encode(sources, out_type=str)
@@ -394,7 +400,10 @@ def test_fine_tuning_an_imported_model_lowers_validation_loss(tied, tmp_path, de
     special = tr.tokenizer.ids
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)
     ours = greedy(
-        tr.model, src, padding_mask(src, special.pad), max_len_a=0.0, max_len_b=30, special=special
+        tr.model,
+        src,
+        padding_mask(src, special.pad),
+        Settings(max_len_a=0.0, max_len_b=30, special=special, alpha=0.0),
     )
     results = ctranslate2.Translator(str(tmp_path / "ct2"), intra_threads=1).translate_batch(
         [p + ["</s>"] for p in tr.tokenizer.src.encode(sources, out_type=str)],

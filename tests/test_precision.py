@@ -10,6 +10,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from seq2seq.data.batching import collate, no_peek_mask, padding_mask
 from seq2seq.decode.search import beam_search, greedy
+from seq2seq.decode.step import Settings
 from seq2seq.model.transformer import Transformer
 from seq2seq.train.loss import TranslationLoss, label_smoothed_loss, linear_cross_entropy
 from tests.factories import tiny_model, tiny_shape
@@ -126,8 +127,12 @@ def test_a_model_cast_wholly_to_bf16_trains_and_decodes_close_to_float32():
 
     half.eval()
     src = batch.src
-    greedy_out = greedy(half, src, padding_mask(src), max_len_a=1.0, max_len_b=4)
-    beam_out = beam_search(half, src, padding_mask(src), beam=3, max_len_a=1.0, max_len_b=4)
+    greedy_out = greedy(
+        half, src, padding_mask(src), Settings(max_len_a=1.0, max_len_b=4, alpha=0.0)
+    )
+    beam_out = beam_search(
+        half, src, padding_mask(src), Settings(beam=3, max_len_a=1.0, max_len_b=4)
+    )
     assert len(greedy_out) == len(beam_out) == 2
     assert all(h.tokens is not None and h.log_prob < 0 for h in greedy_out)
 

@@ -21,7 +21,7 @@ from seq2seq.decode.search import (
     greedy,
     length_penalty,
 )
-from seq2seq.decode.step import POLL_STEPS
+from seq2seq.decode.step import POLL_STEPS, Settings
 from seq2seq.model.transformer import Transformer
 
 
@@ -61,7 +61,9 @@ def _sequence_log_prob(model, src_row, tokens) -> float:
 
 def test_greedy_takes_the_full_models_argmax_at_every_step():
     model, src = _model(0), _sources(0)
-    for row, hyp in zip(src, greedy(model, src, padding_mask(src), max_len_a=1.0, max_len_b=5)):
+    for row, hyp in zip(
+        src, greedy(model, src, padding_mask(src), Settings(max_len_a=1.0, max_len_b=5, alpha=0.0))
+    ):
         one = row[row != 0].unsqueeze(0)
         tgt_in = torch.tensor([[BOS_ID] + hyp.tokens])
         logits = model(one, tgt_in, padding_mask(one), no_peek_mask(tgt_in))[0]
@@ -79,8 +81,10 @@ def test_greedy_takes_the_full_models_argmax_at_every_step():
 def test_beam_size_one_is_greedy_search(seed, alpha):
     model, src = _model(seed), _sources(seed)
     mask = padding_mask(src)
-    greedy_out = greedy(model, src, mask, max_len_a=1.2, max_len_b=6, alpha=alpha)
-    beam_out = beam_search(model, src, mask, beam=1, max_len_a=1.2, max_len_b=6, alpha=alpha)
+    greedy_out = greedy(model, src, mask, Settings(max_len_a=1.2, max_len_b=6, alpha=alpha))
+    beam_out = beam_search(
+        model, src, mask, Settings(beam=1, max_len_a=1.2, max_len_b=6, alpha=alpha)
+    )
     for g, (b,) in zip(greedy_out, beam_out):
         assert b.tokens == g.tokens
         assert b.score == pytest.approx(g.score, abs=1e-5)
@@ -95,9 +99,11 @@ def test_decode_runs_the_search_its_options_name_on_the_padded_batch(beam, nbest
     found = decode(model, src, options)
     caps = {"max_len_a": 1.5, "max_len_b": 3, "alpha": 1.0}
     if beam == 1:
-        expected = [[h] for h in greedy(model, src, padding_mask(src), **caps)]
+        expected = [[h] for h in greedy(model, src, padding_mask(src), Settings(**caps))]
     else:
-        expected = beam_search(model, src, padding_mask(src), beam=beam, nbest=nbest, **caps)
+        expected = beam_search(
+            model, src, padding_mask(src), Settings(beam=beam, nbest=nbest, **caps)
+        )
     assert [[(h.tokens, h.score) for h in hyps] for hyps in found] == [
         [(h.tokens, h.score) for h in hyps] for hyps in expected
     ]
@@ -153,12 +159,7 @@ def test_batched_beam_search_equals_the_plain_standard_search(seed, beam, alpha,
         model,
         src,
         mask,
-        beam=beam,
-        max_len_a=1.0,
-        max_len_b=3,
-        alpha=alpha,
-        nbest=beam,
-        length_norm=norm,
+        Settings(beam=beam, max_len_a=1.0, max_len_b=3, alpha=alpha, nbest=beam, length_norm=norm),
     )
     for row, hyps in zip(src, found):
         cap = int((row != 0).sum()) + 3  # a·src_len + b
@@ -174,10 +175,15 @@ def test_the_beam_stays_k_wide_when_the_greedy_path_falls_out():
     # standard search keeps two other hypotheses open rather than one, and ends at -20.35.
     model, src = _model(1), _sources(1)
     mask = padding_mask(src)
-    (best,) = beam_search(model, src, mask, beam=2, max_len_a=1.0, max_len_b=4, alpha=0.0)[1]
+    (best,) = beam_search(
+        model, src, mask, Settings(beam=2, max_len_a=1.0, max_len_b=4, alpha=0.0)
+    )[1]
     expected = _reference_beam_search(model, src[1], 2, int((src[1] != 0).sum()) + 4, 0.0)
     assert best.tokens == expected[0][0]
-    assert greedy(model, src, mask, max_len_a=1.0, max_len_b=4, alpha=0.0)[1].score > best.score
+    assert (
+        greedy(model, src, mask, Settings(max_len_a=1.0, max_len_b=4, alpha=0.0))[1].score
+        > best.score
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
@@ -196,7 +202,7 @@ def test_a_beam_wide_enough_finds_the_exhaustive_best(alpha):
             if score > best_score:
                 best_score, best_tokens = score, list(tokens)
     (found,) = beam_search(
-        model, src, padding_mask(src), beam=31, max_len_a=1.0, max_len_b=-1, alpha=alpha
+        model, src, padding_mask(src), Settings(beam=31, max_len_a=1.0, max_len_b=-1, alpha=alpha)
     )[0]
     assert found.tokens == best_tokens
     assert found.score == pytest.approx(best_score, abs=1e-4)
@@ -205,7 +211,10 @@ def test_a_beam_wide_enough_finds_the_exhaustive_best(alpha):
 def test_nbest_are_distinct_best_first_and_scored_by_the_length_penalty():
     model, src = _model(7), _sources(7)
     results = beam_search(
-        model, src, padding_mask(src), beam=5, max_len_a=1.0, max_len_b=4, alpha=0.6, nbest=3
+        model,
+        src,
+        padding_mask(src),
+        Settings(beam=5, max_len_a=1.0, max_len_b=4, alpha=0.6, nbest=3),
     )
     for row, hyps in zip(src, results):
         assert len(hyps) == 3
@@ -224,9 +233,13 @@ def test_outputs_respect_the_length_cap():
     src = pad([[5, 6, 7, EOS_ID], [8, EOS_ID]])
     mask = padding_mask(src)
     caps = [2 * 4 + 1, 2 * 2 + 1]  # a·src_len + b, EOS included
-    for hyp, cap in zip(greedy(model, src, mask, max_len_a=2.0, max_len_b=1), caps):
+    for hyp, cap in zip(
+        greedy(model, src, mask, Settings(max_len_a=2.0, max_len_b=1, alpha=0.0)), caps
+    ):
         assert len(hyp.tokens) == cap - 1
-    for (hyp,), cap in zip(beam_search(model, src, mask, beam=3, max_len_a=2.0, max_len_b=1), caps):
+    for (hyp,), cap in zip(
+        beam_search(model, src, mask, Settings(beam=3, max_len_a=2.0, max_len_b=1)), caps
+    ):
         assert len(hyp.tokens) == cap - 1
 
 
@@ -242,9 +255,11 @@ def test_non_finite_scores_are_a_search_error_not_an_index_error(beam):
         model.output.weight.fill_(math.nan)
     with pytest.raises(SearchError) as caught:
         if beam == 1:
-            greedy(model, src, padding_mask(src), max_len_a=1.0, max_len_b=4)
+            greedy(model, src, padding_mask(src), Settings(max_len_a=1.0, max_len_b=4, alpha=0.0))
         else:
-            beam_search(model, src, padding_mask(src), beam=beam, max_len_a=1.0, max_len_b=4)
+            beam_search(
+                model, src, padding_mask(src), Settings(beam=beam, max_len_a=1.0, max_len_b=4)
+            )
     assert caught.value.sentences == [0, 1, 2]
 
 

@@ -27,10 +27,9 @@ from typing import Protocol
 import torch
 import torch.nn.functional as F
 
-from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.step import (
-    Dropped,
+    Settings,
     forced,
     next_token_scores,
     poll_dropped,
@@ -87,23 +86,18 @@ def beam_loop(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     strategy: Strategy,
+    settings: Settings,
     *,
-    beam: int,
-    max_len_a: float,
-    max_len_b: int,
-    alpha: float,
-    nbest: int,
-    length_norm: str,
-    special: SpecialIds = DEFAULT_IDS,
-    dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
     scored: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search over a padded batch [B, S] with `strategy` choosing the candidates."""
-    _check(beam, nbest, alpha, length_norm)
-    eos, device, k = special.eos, src.device, beam
+    s = settings
+    _check(s.beam, s.nbest, s.alpha, s.length_norm)
+    special, dropped, device, k = s.special, s.dropped, src.device, s.beam
+    eos = special.eos
     cache, limits, steps = start(
-        model, src, src_mask, max_len_a, max_len_b, beam=k, adjust=strategy.limits
+        model, src, src_mask, s.max_len_a, s.max_len_b, beam=k, adjust=strategy.limits
     )
     never = present(scored, torch.tensor(special.never_generated, dtype=torch.long, device=device))
     open_ = _Open.start(limits, k, special.start)
@@ -121,7 +115,7 @@ def beam_loop(
         unmet = strategy.unmet(cand.choice[:, :k])
         finished = finished or Finished.empty(src.size(0), k, steps, unmet.size(2), device)
         score, log_prob, tokens = _ending(cand, ends, open_.history, k, t)
-        divisor = length_penalty(t + 1, alpha, length_norm)
+        divisor = length_penalty(t + 1, s.alpha, s.length_norm)
         best = finished.add(open_.active, score / divisor, log_prob, unmet, t + 1, tokens)
 
         # The first k candidates that do not end go on (stable: in preference order).
@@ -140,7 +134,7 @@ def beam_loop(
         if keep.numel() < n:
             _narrow(keep, k, open_, strategy, cache)
     gone = [] if dropped is None else list(dropped())
-    return _with_dropped(strategy.hypotheses(finished, nbest), gone)
+    return _with_dropped(strategy.hypotheses(finished, s.nbest), gone)
 
 
 def _narrow(keep: torch.Tensor, k: int, open_: _Open, strategy: Strategy, cache) -> None:

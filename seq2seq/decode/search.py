@@ -32,6 +32,7 @@ from seq2seq.decode.hypothesis import (
 from seq2seq.decode.sampling import Choose, argmax, sampler
 from seq2seq.decode.step import (
     Dropped,
+    Settings,
     forced,
     next_token_scores,
     poll_dropped,
@@ -73,14 +74,16 @@ def decode(
     `streams`: each sentence's (line number, sentence of the line), which its samples are
     drawn from with `options.sampling` (default: (row, 0))."""
     src_mask = padding_mask(src, special.pad)
-    common = {
-        "max_len_a": options.max_len_a,
-        "max_len_b": options.max_len_b,
-        "alpha": options.length_penalty,
-        "length_norm": options.length_norm,
-        "special": special,
-        "dropped": dropped,
-    }
+    settings = Settings(
+        beam=options.beam_size,
+        nbest=options.nbest,
+        max_len_a=options.max_len_a,
+        max_len_b=options.max_len_b,
+        alpha=options.length_penalty,
+        length_norm=options.length_norm,
+        special=special,
+        dropped=dropped,
+    )
     if constraints is not None and any(constraints):
         if first is not None:
             raise UserError(
@@ -88,62 +91,30 @@ def decode(
                 "target-language token (M2M100/NLLB): drop --glossary/--constraints"
             )
         return constrained_beam_search(
-            model,
-            src,
-            src_mask,
-            constraints,
-            beam=options.beam_size,
-            nbest=options.nbest,
-            glue=glue,
-            spellings=spellings,
-            **common,
+            model, src, src_mask, constraints, settings, glue=glue, spellings=spellings
         )
-    if rows is not None:
-        common["rows"] = rows
     if options.beam_size == 1:
         streams = streams or [(i, 0) for i in range(src.size(0))]
         choose = sampler(options.sampling, options.seed, streams, src.device)
-        return [[h] for h in greedy(model, src, src_mask, first=first, choose=choose, **common)]
-    return beam_search(
-        model, src, src_mask, beam=options.beam_size, nbest=options.nbest, first=first, **common
-    )
+        found = greedy(model, src, src_mask, settings, first=first, rows=rows, choose=choose)
+        return [[h] for h in found]
+    return beam_search(model, src, src_mask, settings, first=first, rows=rows)
 
 
 def beam_search(
     model: Transformer,
     src: torch.Tensor,
     src_mask: torch.Tensor,
+    settings: Settings,
     *,
-    beam: int = 4,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    alpha: float = 0.6,
-    nbest: int = 1,
-    length_norm: str = "gnmt",
-    special: SpecialIds = DEFAULT_IDS,
-    dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
 ) -> list[list[Hypothesis]]:
     """Batched beam search as Hugging Face `generate` runs it (`early_stopping=True`); the
     `nbest` best hypotheses of each sentence, best first (beam.PlainBeam; `rows`: a
     shortlist's sorted target ids, the only ones scored)."""
-    return beam_loop(
-        model,
-        src,
-        src_mask,
-        PlainBeam(special.eos, rows),
-        beam=beam,
-        max_len_a=max_len_a,
-        max_len_b=max_len_b,
-        alpha=alpha,
-        nbest=nbest,
-        length_norm=length_norm,
-        special=special,
-        dropped=dropped,
-        first=first,
-        scored=rows,
-    )
+    strategy = PlainBeam(settings.special.eos, rows)
+    return beam_loop(model, src, src_mask, strategy, settings, first=first, scored=rows)
 
 
 def constrained_beam_search(
@@ -151,15 +122,8 @@ def constrained_beam_search(
     src: torch.Tensor,
     src_mask: torch.Tensor,
     constraints: Terms,
+    settings: Settings,
     *,
-    beam: int = 4,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    alpha: float = 0.6,
-    nbest: int = 1,
-    length_norm: str = "gnmt",
-    special: SpecialIds = DEFAULT_IDS,
-    dropped: Dropped | None = None,
     glue: torch.Tensor | None = None,
     spellings: Spellings | None = None,
 ) -> list[list[Hypothesis]]:
@@ -168,18 +132,9 @@ def constrained_beam_search(
     settings: a sentence whose outputs already hold its terms (constrained.holds_terms) is
     answered with them, text and score, so a glossary never changes it; only the others are
     searched with constraints (constrained.ConstrainedBeam)."""
-    if beam < 2:
+    if settings.beam < 2:
         raise ValueError("constrained decoding needs a beam size of at least 2")
-    settings = {
-        "beam": beam,
-        "max_len_a": max_len_a,
-        "max_len_b": max_len_b,
-        "alpha": alpha,
-        "nbest": nbest,
-        "length_norm": length_norm,
-        "special": special,
-    }
-    plain = beam_search(model, src, src_mask, dropped=dropped, **settings)
+    plain = beam_search(model, src, src_mask, settings)
     outputs = [[h.tokens for h in hyps] for hyps in plain]
     held = holds_terms(outputs, constraints, spellings, glue)
     found: list[list[Hypothesis]] = [
@@ -188,30 +143,28 @@ def constrained_beam_search(
     ]
     rest = [i for i, ok in enumerate(held) if not ok]
     if rest:
-        searched = _search_rows(
-            model, src, src_mask, constraints, rest, glue, spellings, dropped, settings
-        )
+        searched = _search_rows(model, src, src_mask, constraints, rest, glue, spellings, settings)
         for i, hyps in zip(rest, searched):
             found[i] = hyps
     return found
 
 
-def _search_rows(model, src, src_mask, constraints, rest, glue, spellings, dropped, settings):
-    """Constrained search of the batch's sentences `rest` only (`settings`: the beam loop's)."""
+def _search_rows(model, src, src_mask, constraints, rest, glue, spellings, settings: Settings):
+    """Constrained search of the batch's sentences `rest` only."""
     strategy = ConstrainedBeam(
         [constraints[i] for i in rest],
-        k=settings["beam"],
-        eos=settings["special"].eos,
-        alpha=settings["alpha"],
-        norm=settings["length_norm"],
+        k=settings.beam,
+        eos=settings.special.eos,
+        alpha=settings.alpha,
+        norm=settings.length_norm,
         glue=glue,
         spellings=_rows_of(spellings, rest),
     )
     rows = torch.tensor(rest, device=src.device)
-    if dropped is not None:
-        dropped = partial(_dropped_rows, dropped, rest)
+    if settings.dropped is not None:
+        settings = replace(settings, dropped=partial(_dropped_rows, settings.dropped, rest))
     try:
-        return beam_loop(model, src[rows], src_mask[rows], strategy, dropped=dropped, **settings)
+        return beam_loop(model, src[rows], src_mask[rows], strategy, settings)
     except SearchError as e:  # its sentences are numbered within the rows searched
         raise SearchError([rest[i] for i in e.sentences]) from None
 
@@ -233,13 +186,8 @@ def greedy(
     model: Transformer,
     src: torch.Tensor,
     src_mask: torch.Tensor,
+    settings: Settings,
     *,
-    max_len_a: float = 1.0,
-    max_len_b: int = 50,
-    alpha: float = 0.0,
-    length_norm: str = "gnmt",
-    special: SpecialIds = DEFAULT_IDS,
-    dropped: Dropped | None = None,
     first: torch.Tensor | None = None,
     rows: torch.Tensor | None = None,
     choose: Choose = argmax,
@@ -247,8 +195,9 @@ def greedy(
     """The most probable next token at every step (or the one `choose` samples), one hypothesis
     per sentence (`rows`: the sorted target ids a shortlist scores, EOS and the `first` tokens
     among them)."""
-    eos, device = special.eos, src.device
-    cache, limits, steps = start(model, src, src_mask, max_len_a, max_len_b)
+    special, dropped, device = settings.special, settings.dropped, src.device
+    eos = special.eos
+    cache, limits, steps = start(model, src, src_mask, settings.max_len_a, settings.max_len_b)
     n = src.size(0)
     # On the device once, not once a step.
     never = present(rows, torch.tensor(special.never_generated, dtype=torch.long, device=device))
@@ -278,7 +227,7 @@ def greedy(
             cache.keep(keep)
             alive, alive_limits, next_ids = alive[keep], alive_limits[keep], next_ids[keep]
         ids = next_ids
-    return _finished(tokens, lengths, log_prob, alpha, length_norm)
+    return _finished(tokens, lengths, log_prob, settings.alpha, settings.length_norm)
 
 
 def _finished(tokens, lengths, log_prob, alpha: float, length_norm: str) -> list[Hypothesis]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 
+from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
 from seq2seq.model.transformer import DecoderCache, Transformer
 
 # Which sentences of a batch nobody waits for any more (a server's client went away): asked
@@ -15,6 +17,22 @@ from seq2seq.model.transformer import DecoderCache, Transformer
 # an empty hypothesis.
 Dropped = Callable[[], Sequence[bool]]
 POLL_STEPS = 8
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What a search loop reads of a batch's options, built once by `search.decode`: the beam
+    and n-best, the output cap `max_len_a × source length + max_len_b`, the length penalty's
+    α and norm, the special ids, and which sentences nobody waits for."""
+
+    beam: int = 4
+    nbest: int = 1
+    max_len_a: float = 1.0
+    max_len_b: int = 50
+    alpha: float = 0.6
+    length_norm: str = "gnmt"
+    special: SpecialIds = DEFAULT_IDS
+    dropped: Dropped | None = None
 
 
 def max_output_lengths(src_mask: torch.Tensor, a: float, b: int, cap: int) -> torch.Tensor:
