@@ -42,10 +42,6 @@ class Pieces:
         """Add something that stands alone (a break, an image, a placeholder)."""
         self.items.append(("point", payload))
 
-    def plain(self) -> str:
-        """The text alone."""
-        return "".join(v for k, v in self.items if k == "text")
-
 
 def encode(pieces: Pieces) -> tuple[str, dict[str, Any]]:
     """The segment of `pieces` and what each of its tags stands for; an element opened and
@@ -92,9 +88,3 @@ def decode(segment: str, codes: dict[str, Any]) -> list[tuple[str, Any]]:
     if at < len(segment):
         out.append(("text", html.unescape(segment[at:])))
     return out
-
-
-def render(segment: str, codes: dict[str, str], escape=lambda s: s) -> str:
-    """A translated segment written back with each tag's source text (`codes`' values are
-    strings) and its text passed through `escape`."""
-    return "".join(escape(v) if k == "text" else v for k, v in decode(segment, codes))

@@ -20,8 +20,3 @@ class Document:
 
     segments: list[str]
     rebuild: Callable[[list[str]], bytes]
-
-
-def identity(document: Document) -> bytes:
-    """The file rebuilt from its own segments (a round trip with nothing translated)."""
-    return document.rebuild(list(document.segments))
