@@ -438,9 +438,19 @@ def test_a_zip_bomb_is_refused_before_it_is_unpacked():
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
         for name, body in members(word_file()).items():
             archive.writestr(name, body)
-        archive.writestr("word/media/huge.bin", bytes(20_000_000))
+        archive.writestr("word/media/huge.bin", bytes(40_000_000))
     with pytest.raises(UserError, match="zip bomb"):
         ooxml.read(out.getvalue())
+
+
+def test_a_small_file_of_very_repetitive_text_is_no_zip_bomb():
+    # Deflate packs a repeated paragraph a thousand times: small files may unpack far beyond
+    # the ratio, and are still read up to an absolute floor.
+    paragraph = "<w:p><w:r><w:t>The same line, again.</w:t></w:r></w:p>"
+    body = f"<w:document {WNS}><w:body>{paragraph * 10_000}</w:body></w:document>"
+    data = zipped({"word/document.xml": body.encode()})
+    assert len(body) > 200 * len(data)
+    assert len(ooxml.read(data).segments) == 10_000
 
 
 def test_an_encrypted_office_file_is_refused():

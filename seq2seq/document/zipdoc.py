@@ -2,11 +2,12 @@
 
 An upload is refused before anything is decompressed when it is a CFB file (the container
 Office encrypts into), not a zip, encrypted, or a zip bomb: its parts' declared sizes add up to
-more than `MAX_RATIO` times the upload or `MAX_TOTAL` bytes. Reading is bounded by those declared
-sizes, and zipfile's CRC check refuses a part that decompresses to anything else. XML is parsed
-with entities unresolved, no network and no DTD, and a part with a DOCTYPE is refused outright.
-Rewritten, every part keeps its place, its ZipInfo and its compression; parts not rewritten
-keep their bytes.
+more than `MAX_RATIO` times the upload (`MIN_TOTAL` bytes at least) or `MAX_TOTAL` bytes.
+Reading is bounded by those declared sizes, and zipfile's CRC check refuses a part that
+decompresses to anything else. XML is parsed with entities unresolved, no network and no DTD,
+and a part with a DOCTYPE is refused outright. Written back, every part keeps its place, its
+ZipInfo (name, date, attributes, extra field) and its compression method; a part not rewritten
+keeps its content byte for byte (compressed anew: zipfile cannot copy compressed bytes).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from seq2seq.errors import UserError
 CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 MAX_RATIO = 100  # office XML compresses about 10×; a bomb by a thousand times or more
 MAX_TOTAL = 512 * 1024 * 1024
+# Below this, any ratio: deflate packs repeated text a thousand times, and small is harmless.
+MIN_TOTAL = 16 * 1024 * 1024
 MAX_PARTS = 10_000
 CHUNK = 1 << 20
 
@@ -74,11 +77,12 @@ def _check_infos(infos: list[zipfile.ZipInfo], size: int, kind: str) -> None:
     if len({info.filename for info in infos}) != len(infos):
         raise UserError(f"this {kind} is corrupt: two parts have the same name")
     total = sum(info.file_size for info in infos)
-    limit = min(MAX_RATIO * size, MAX_TOTAL)
+    limit = min(max(MAX_RATIO * size, MIN_TOTAL), MAX_TOTAL)
     if total > limit:
         raise UserError(
             f"this {kind} would unpack to {total} bytes, more than {limit} "
-            f"({MAX_RATIO}× its {size} bytes, at most {MAX_TOTAL}): refused as a zip bomb"
+            f"({MAX_RATIO}× its {size} bytes, at least {MIN_TOTAL}, at most {MAX_TOTAL}): "
+            "refused as a zip bomb"
         )
 
 
