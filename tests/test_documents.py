@@ -101,6 +101,7 @@ def test_markdown_untranslated_is_byte_identical():
 
 PAGE = """<!DOCTYPE html>
 <html lang="en"><head><title>My page</title>
+<meta name="description" content="A page about cats"><meta charset="utf-8" content="x">
 <style>p { color: red }</style><script>var a = "<b>no</b>";</script></head>
 <body>
 <h1 title="Main title">Hello &amp; welcome</h1>
@@ -116,11 +117,15 @@ def test_html_translates_text_inline_elements_and_attributes():
     segments, out = translated(htmlpage.read, PAGE.encode())
     text = out.decode()
     assert "<title>MY PAGE</title>" in text
+    assert (
+        '<meta name="description" content="A PAGE ABOUT CATS"><meta charset="utf-8" content="x">'
+        in text
+    )
     assert '<h1 title="MAIN TITLE">HELLO &amp; WELCOME</h1>' in text
     assert '<p>PRESS <b>SAVE</b> AND <a href="/x?a=1&amp;b=2">READ MORE</a>.<br>RUN ' in text
     assert "<code>rm -rf</code> NOW.</p>" in text
     assert '<li>ONE <img src="a.png" alt="A CAT"> ITEM</li><li>TWO</li>' in text
-    assert len(segments) == 7
+    assert len(segments) == 8
 
 
 def test_html_leaves_script_style_and_translate_no_alone():

@@ -25,9 +25,11 @@ INLINE = frozenset(
 VOID = frozenset("area base br col embed hr img input link meta param source track wbr".split())
 KEPT_INLINE = frozenset("code kbd samp var".split())  # left alone, inside a sentence
 KEPT_BLOCK = frozenset("script style pre textarea template svg math noscript".split())
-ATTRIBUTE = re.compile(
-    r"""(?<=\s)(?:alt|title|placeholder|aria-label)\s*=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+)""",
-    re.IGNORECASE,
+VALUE = r"""\s*=\s*("[^"]*"|'[^']*'|[^\s"'=<>`]+)"""
+ATTRIBUTE = re.compile(rf"(?<=\s)(?:alt|title|placeholder|aria-label){VALUE}", re.IGNORECASE)
+CONTENT = re.compile(rf"(?<=\s)content{VALUE}", re.IGNORECASE)  # of a <meta> that describes
+DESCRIBING = frozenset(
+    "description og:title og:description twitter:title twitter:description".split()
 )
 TEXT = ("data", "entityref", "charref")
 
@@ -152,7 +154,12 @@ class _Page:
         if self.events[i][0] not in ("start", "void"):
             return
         start, end = self.spans[i]
-        for m in ATTRIBUTE.finditer(self.source, start, end):
+        _, tag, attrs, _ = self.events[i]
+        found = list(ATTRIBUTE.finditer(self.source, start, end))
+        meta = (attrs.get("name") or attrs.get("property") or "").lower()
+        if tag == "meta" and meta in DESCRIBING:
+            found += CONTENT.finditer(self.source, start, end)
+        for m in sorted(found, key=lambda m: m.start()):
             value = html.unescape(m.group(1).strip("\"'"))
             if any(c.isalpha() for c in value):
                 self.attributes.setdefault(i, []).append((m.start(1), m.end(1), len(self.segments)))
