@@ -18,13 +18,12 @@ start and `</s>`).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import sentencepiece as spm
 
 from seq2seq.config import TokenizerConfig
-from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, VocabTokenizer, read_json
+from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, VocabTokenizer, open_spm, read_json
 from seq2seq.errors import UserError
 
 SPM_FILE = "sentencepiece.bpe.model"
@@ -81,12 +80,10 @@ class LanguageTokenizer(VocabTokenizer):
             if i < len(by_id):
                 by_id[i] = piece
         skip = set(atomic.values()) | {ids.start}
-        super().__init__(sp, sp, ids, by_id=(by_id, by_id), skip=skip)
+        super().__init__(sp, sp, ids, by_id=(by_id, by_id), skip=skip, whole=list(atomic))
         self.cfg, self.vocab = cfg, vocab
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.languages, self.atomic = dict(cfg.languages), atomic
-        split = sorted(atomic, key=len, reverse=True)
-        self._split = re.compile("(" + "|".join(map(re.escape, split)) + ")")
 
     def language_id(self, code: str | None, what: str = "language") -> int:
         """The id of a language's token, or one clear error naming the known languages."""
@@ -154,15 +151,10 @@ class LanguageTokenizer(VocabTokenizer):
 
 
 def load_processor(path: Path) -> spm.SentencePieceProcessor:
-    """A SentencePiece model, or one clear error."""
+    """A SentencePiece model that must be there, or one clear error."""
     if not path.is_file():
         raise UserError(f"tokenizer file missing: {path}")
-    sp = spm.SentencePieceProcessor()
-    try:
-        sp.load(str(path))
-    except (OSError, RuntimeError) as e:
-        raise UserError(f"cannot load tokenizer model {path}: {e}") from None
-    return sp
+    return open_spm(path)
 
 
 def piece_ids(

@@ -82,9 +82,7 @@ class Tokenizer:
         tgt: spm.SentencePieceProcessor,
         ids: SpecialIds = DEFAULT_IDS,
     ):
-        self.src = src
-        self.tgt = tgt
-        self.ids = ids
+        self.src, self.tgt, self.ids = src, tgt, ids
         self.languages: dict[str, int] = {}  # language code -> token id (many-language models)
         self.atomic: dict[str, int] = {}  # strings read as one token wherever they stand
 
@@ -160,8 +158,9 @@ class Tokenizer:
 
 class VocabTokenizer(Tokenizer):
     """SentencePiece cuts the text and a vocabulary of its own gives the pieces their ids
-    (Marian, M2M100, NLLB): pieces by id come from that vocabulary, and decoding drops the
-    `skip` ids, joins the pieces with the target model and turns any `▁` left into a space."""
+    (Marian, M2M100, NLLB): pieces by id come from that vocabulary, text is cut at the `whole`
+    strings before SentencePiece sees it, and decoding drops the `skip` ids, joins the pieces
+    with the target model and turns any `▁` left into a space."""
 
     def __init__(
         self,
@@ -171,10 +170,13 @@ class VocabTokenizer(Tokenizer):
         *,
         by_id: tuple[list[str], list[str]],  # (source, target) piece of each id; one list: joint
         skip: set[int],
+        whole: list[str],
     ):
         super().__init__(src, tgt, ids)
         self._src_by_id, self._tgt_by_id = by_id
         self._skip = skip
+        cut = sorted(whole, key=len, reverse=True)  # the longest string first
+        self._split = re.compile("(" + "|".join(map(re.escape, cut)) + ")") if cut else None
 
     @property
     def joint(self) -> bool:
@@ -234,10 +236,9 @@ class MarianTokenizer(VocabTokenizer):
         src_by_id = _by_id(src_vocab)
         tgt_by_id = src_by_id if tgt_vocab is src_vocab else _by_id(tgt_vocab)
         skip = {tgt_vocab[t] for t in special_tokens if t in tgt_vocab} | {ids.start}
-        super().__init__(src, tgt, ids, by_id=(src_by_id, tgt_by_id), skip=skip)
+        whole = list({*special_tokens, *plain_added_tokens})
+        super().__init__(src, tgt, ids, by_id=(src_by_id, tgt_by_id), skip=skip, whole=whole)
         self.src_vocab, self.tgt_vocab = src_vocab, tgt_vocab
-        split = sorted({*special_tokens, *plain_added_tokens}, key=len, reverse=True)
-        self._split = re.compile("(" + "|".join(map(re.escape, split)) + ")") if split else None
 
     def encode_src(
         self, texts: list[str], lang: str | None = None, tgt_lang: str | None = None
@@ -290,7 +291,8 @@ def load_tokenizer(run_dir: Path, joint: bool, ids: SpecialIds = DEFAULT_IDS) ->
     return Tokenizer(src, src if joint else _load(tgt_path, ids), ids)
 
 
-def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+def open_spm(path: Path) -> spm.SentencePieceProcessor:
+    """A SentencePiece model, or one clear error."""
     sp = spm.SentencePieceProcessor()
     try:
         sp.load(str(path))
@@ -300,7 +302,7 @@ def _load_processor(path: Path) -> spm.SentencePieceProcessor:
 
 
 def _load(path: Path, ids: SpecialIds) -> spm.SentencePieceProcessor:
-    sp = _load_processor(path)
+    sp = open_spm(path)
     bos = -1 if ids.bos is None else ids.bos
     if (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) != (ids.pad, bos, ids.eos, ids.unk):
         raise UserError(
@@ -369,8 +371,8 @@ def load_marian_tokenizer(folder: Path, ids: SpecialIds, joint: bool = True) -> 
                     f"{folder / name}: {token} has id {vocab.get(token)}, the config says "
                     f"{role}_id {expected}"
                 )
-    src = _load_processor(folder / "source.spm")
-    tgt = _load_processor(folder / "target.spm")
+    src = open_spm(folder / "source.spm")
+    tgt = open_spm(folder / "target.spm")
     specials = [*roles.values(), *special]
     return MarianTokenizer(
         src, tgt, src_vocab, tgt_vocab, ids=ids, special_tokens=specials, plain_added_tokens=plain
