@@ -112,6 +112,8 @@ def _translate_chunk(translator, chunk: list[str], options: dict, report: Report
 
 
 def _translated(translator, ready: list[tuple[str, Marked, Source]]) -> dict[str, str]:
+    if not ready:
+        return {}
     found = annotate_sources(translator, [s for *_, s in ready], Annotation(alignments=True))
     return {
         segment: reinsert(marked, a.text, a.alignment or [])
