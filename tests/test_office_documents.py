@@ -651,3 +651,12 @@ def test_any_translation_rebuilds_a_file_that_opens(files, pieces):
     WordDocument(io.BytesIO(out))
     document = odf.read(files[1])
     load(io.BytesIO(document.rebuild([translation] * len(document.segments))))
+
+
+def test_space_at_either_end_of_a_paragraph_outlives_a_translation_that_trims_it():
+    # Word writes a space between a footnote's number and its text; translations come back
+    # trimmed.
+    document = ooxml.read(word_file())
+    out = document.rebuild([through_the_tag_machinery(s) for s in document.segments])
+    assert word_texts(out, "word/footnotes.xml") == ["", " FOOTNOTE WORDS"]
+    assert "BEFORE THE BOX " in [p.text for p in WordDocument(io.BytesIO(out)).paragraphs]

@@ -138,37 +138,61 @@ def replay(
     on_text: Callable[[tuple[int, ...], int, str], None],
     on_atom: Callable[[tuple[int, ...], int], None],
 ) -> None:
-    """Walk a translated segment: text (links, key, text) and atoms (links, index) in order."""
-    common, formats, links = flat.common(), [], []
+    """Walk a translated segment: text (links, key, text) and atoms (links, index) in order;
+    white space the paragraph's text had at either end, the translation has too."""
     head, _ = flat.pinned()
-    for index in head:
-        on_atom((), index)
-    used, at = set(head), 0
+    events = [("atom", (), index) for index in head]
+    _read(flat, translation, events, set(head))
+    texts = [i for i, event in enumerate(events) if event[0] == "text"]
+    source = "".join(p.text for p in flat.pieces if p.text is not None)
+    if texts:
+        lead, trail = _spaces(source)
+        kind, links, key, text = events[texts[0]]
+        events[texts[0]] = (kind, links, key, lead + text.lstrip() if lead else text)
+        kind, links, key, text = events[texts[-1]]
+        events[texts[-1]] = (kind, links, key, text.rstrip() + trail if trail else text)
+    for kind, *args in events:
+        if kind == "atom":
+            on_atom(*args)
+        elif args[2]:
+            on_text(*args)
+
+
+def _read(flat: Flat, translation: str, events: list[tuple], used: set[int]) -> None:
+    """Add the translation's text and atoms to `events`; atoms it lost, at the end."""
+    common, formats, links = flat.common(), [], []
+
+    def text(chunk: str) -> None:
+        chunk = NOT_XML.sub("", html.unescape(chunk))
+        if chunk:
+            events.append(("text", tuple(links), formats[-1] if formats else common, chunk))
+
+    at = 0
     for m in TOKEN.finditer(translation):
-        _emit_text(translation[at : m.start()], links, formats, common, on_text)
+        text(translation[at : m.start()])
         at = m.end()
         closing, letter, number, atom = m.groups()
         index = int(atom or number) - 1
         if atom is not None:
             if 0 <= index < len(flat.atoms) and index not in used:
                 used.add(index)
-                on_atom(tuple(links), index)
+                events.append(("atom", tuple(links), index))
         elif letter == "r" and 0 <= index < len(flat.formats):
             _open_or_close(formats, index, closing)
         elif letter != "r" and 0 <= index < len(flat.containers):
             if flat.letters[index] == letter:
                 _open_or_close(links, index, closing)
-    _emit_text(translation[at:], links, formats, common, on_text)
-    for index in range(len(flat.atoms)):
-        if index not in used:
-            on_atom((), index)
+    text(translation[at:])
+    events.extend(("atom", (), index) for index in range(len(flat.atoms)) if index not in used)
 
 
-def _emit_text(text: str, links: list[int], formats: list[int], common: int, on_text) -> None:
-    """Pass unescaped text on under the innermost open format."""
-    text = NOT_XML.sub("", html.unescape(text))
-    if text:
-        on_text(tuple(links), formats[-1] if formats else common, text)
+def _spaces(text: str) -> tuple[str, str]:
+    """The white space a text starts and ends with."""
+    stripped = text.strip()
+    if not stripped:
+        return "", ""
+    start = text.index(stripped[0])
+    return text[:start], text[start + len(stripped) :]
 
 
 def _open_or_close(stack: list[int], index: int, closing: str) -> None:
