@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import struct
 import warnings
 from pathlib import Path
@@ -22,6 +23,7 @@ from seq2seq.data.batching import no_peek_mask, padding_mask
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import import_hf_marian
+from seq2seq.model import int8 as int8_module
 from seq2seq.model.int8 import (
     REDUCE_RANGE,
     Int8Embedding,
@@ -31,6 +33,8 @@ from seq2seq.model.int8 import (
     int8_linear,
     int8_state,
     quantize_rows,
+    row_qparams,
+    use_activation_scales,
 )
 from seq2seq.model.quantize import ENGINE, int8_device, quantize_int8, quantized_linears
 from seq2seq.model.transformer import Vocabulary, build_model
@@ -87,6 +91,16 @@ def test_int8_gives_float32s_translations_for_most_lines_and_one_per_line(traine
     # Most, not all: 7-bit dynamic activations flip near-ties of this small half-trained model
     # (about 65% equal here; about 90% on the demo config's d_model 128 after 150 steps).
     assert same > 0.5, same
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("beam", [1, 4])
+def test_int8_translates_a_line_alone_as_it_does_in_a_batch(trained_tiny_run, demo_pairs, beam):
+    sources = [a for a, _ in demo_pairs[SOURCES_FROM : SOURCES_FROM + 64]]
+    decode = run_decode(trained_tiny_run, quantize="int8", beam_size=beam)
+    int8, _ = load_translator(trained_tiny_run, device="cpu", decode=decode)
+    batched = int8.translate(sources)
+    assert [int8.translate([line])[0] for line in sources] == batched
 
 
 @pytest.mark.slow
@@ -266,6 +280,58 @@ def test_int8_linear_outputs_are_close_to_float32s_and_the_same_every_time():
     assert got.shape == expected.shape and got.dtype == torch.float32
     assert (got - expected).abs().max() < 0.02 * expected.abs().max()
     assert torch.equal(int8(x), got)
+
+
+def test_an_int8_layers_output_row_is_the_same_alone_and_in_any_batch():
+    _, int8 = _one_linear(seed=10)
+    model = quantize_int8(tiny_model(vocab=50, seed=10).eval())
+    x = torch.randn(40, 64)
+    x[::3] = x[::3].abs()  # rows whose largest value is positive, others negative ones
+    states = torch.randn(40, model.cfg.d_model)
+    with torch.no_grad():
+        for layer, inputs in ((int8, x), (model.output, states)):
+            batched = layer(inputs)
+            for size in (1, 2, 5):
+                alone = torch.cat([layer(inputs[i : i + size]) for i in range(0, 40, size)])
+                assert torch.equal(alone, batched)
+
+
+@pytest.mark.parametrize("reduce_range", [True, False])
+def test_row_scaled_inputs_are_quantized_as_fbgemm_quantizes_a_batch_from_minus_1_to_1(
+    reduce_range, monkeypatch
+):
+    _, int8 = _one_linear(seed=11)
+    x = torch.randn(30, 64)
+    scaled = x / x.abs().amax(-1, keepdim=True)  # every row spans [-1, 1] at most, one end hit
+    assert scaled.min() == -1 and scaled.max() == 1
+    monkeypatch.setattr(int8_module, "REDUCE_RANGE", reduce_range)
+    monkeypatch.setattr(int8_module, "ROW_QPARAMS", row_qparams(reduce_range))
+    expected = torch.ops.quantized.linear_dynamic(scaled, int8._packed, reduce_range=reduce_range)
+    with torch.no_grad():
+        got = int8(x)
+    assert torch.equal(got, torch.addcmul(int8.bias, expected, x.abs().amax(-1, keepdim=True)))
+
+
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_a_non_finite_activation_is_one_clear_error_naming_the_int8_layer(per_row, value):
+    model = quantize_int8(tiny_model(vocab=50, seed=12).eval())
+    use_activation_scales(model, per_row=per_row)
+    layer = model.get_submodule("decoder_layers.1.ffn.up")
+    layer.register_forward_pre_hook(lambda _, args: (args[0].clone().fill_(value),))
+    message = "int8 layer decoder_layers.1.ffn.up: non-finite activation (inf/NaN) in its input"
+    with pytest.raises(UserError, match=re.escape(message)):
+        _forward(model)
+
+
+def test_an_int8_model_rebuilt_from_its_tensors_names_its_layers_in_errors():
+    cfg = tiny_shape()
+    model = quantize_int8(tiny_model(cfg, vocab=50, seed=13).eval())
+    with frame_only():
+        frame = build_model(cfg, Vocabulary(50, 50, True))
+    rebuilt = build_int8(frame, int8_state(model))
+    with torch.no_grad(), pytest.raises(UserError, match="int8 layer output: non-finite"):
+        rebuilt.output(torch.full((2, cfg.d_model), float("nan")))
 
 
 def test_an_all_zero_input_row_gives_the_bias_not_nan():

@@ -9,9 +9,10 @@ a joint 8,000-piece vocabulary, tied embeddings; RSS of a loaded model in a fres
   built from a per-row qint8 tensor that is dropped once packed, it is the one copy. Its ints are
   the ones `quantize_dynamic` with the per-channel qconfig gives (same observer, same rounding).
 - Activations get one scale per row, as CTranslate2's do, not torch's one per batch: each row is
-  divided by its absolute maximum before fbgemm quantizes the batch (so the batch's one range is
-  every row's own) and the product multiplied back. On CPUs with VNNI (no int16 saturation in
-  the u8·s8 products) the activations keep 8 bits, not fbgemm's default 7 (`reduce_range`).
+  divided by its absolute maximum, quantized with the fixed range [-1, 1] (not one measured on
+  the batch, which made a row's ints depend on its batch) and the product multiplied back. On
+  CPUs with VNNI (no int16 saturation in the u8·s8 products) the activations keep 8 bits, not
+  fbgemm's default 7 (`reduce_range`).
   enfr-small, 300 valid lines, outputs identical to float32 greedy / beam 4 (BLEU greedy,
   float32 22.42): torch's defaults 74.3% / 61.3% (21.71); 8 bits 84.3% / 74.0% (21.80); 8 bits
   per row 87.3% / 80.3% (22.10; 86.7-88.3% / 79.7-80.3%, 22.09-22.23 as the scale and bias
@@ -49,6 +50,7 @@ a joint 8,000-piece vocabulary, tied embeddings; RSS of a loaded model in a fres
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -58,6 +60,7 @@ from torch import nn
 from torch.ao.quantization import PerChannelMinMaxObserver
 from torch.overrides import TorchFunctionMode
 
+from seq2seq.errors import UserError
 from seq2seq.model.transformer import Transformer
 
 ROWS, SCALE = "weight_int8", "weight_scale"  # an int8 matrix's tensors in a state dict
@@ -138,9 +141,10 @@ class Int8Linear(nn.Module):
         self.register_buffer("bias", bias)
         self.out_features, self.in_features = qweight.shape
         self.per_row = True  # activation scales: one per row (else one per batch)
+        self.name = "?"  # its name in the model, for errors (name_layers)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _packed_product(x, self._packed, self.bias, self.per_row)
+        return _packed_product(x, self._packed, self.bias, self.per_row, self.name)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The int8 rows [out, in] and their float32 scales [out], unpacked."""
@@ -187,6 +191,7 @@ class Int8Output(nn.Module):
         self.out_features, self.in_features = rows.shape
         self._subset: tuple[torch.Tensor, torch.ScriptObject] | None = None
         self.per_row = True  # activation scales: one per row (else one per batch)
+        self.name = "?"  # its name in the model, for errors (name_layers)
 
     def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The int8 rows [V, d] and their float32 scales [V]."""
@@ -196,7 +201,7 @@ class Int8Output(nn.Module):
         return int8_rows(weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _packed_product(x, self._packed, None, self.per_row)
+        return _packed_product(x, self._packed, None, self.per_row, self.name)
 
     def forward_rows(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         """forward(x)[..., rows], on a packed copy of those rows only (kept while `rows` is the
@@ -205,7 +210,7 @@ class Int8Output(nn.Module):
             self._subset = None  # the last batch's copy goes before this one is made
             ints, scale = self.rows()
             self._subset = (rows, _pack(ints[rows], scale[rows]))
-        return _packed_product(x, self._subset[1], None, self.per_row)
+        return _packed_product(x, self._subset[1], None, self.per_row, self.name)
 
     def extra_repr(self) -> str:
         tied = ", tied to the target embedding" if self.tied else ""
@@ -233,19 +238,61 @@ REDUCE_RANGE = not _vnni()
 TINY = 1e-30  # an all-zero row's scale: the row stays zero instead of dividing by zero
 
 
+def row_qparams(reduce_range: bool) -> tuple[float, int]:
+    """The uint8 (scale, zero point) fbgemm's dynamic linear picks for a batch spanning exactly
+    [-1, 1] (its ChooseQuantizationParams: 2 / qmax, qmax / 2 rounded half to even): the range
+    of every input once each row is divided by its absolute maximum."""
+    qmax = 127 if reduce_range else 255
+    return 2.0 / qmax, round(qmax / 2)
+
+
+ROW_QPARAMS = row_qparams(REDUCE_RANGE)
+
+
 def _packed_product(
-    x: torch.Tensor, packed: torch.ScriptObject, bias: torch.Tensor | None, per_row: bool
+    x: torch.Tensor,
+    packed: torch.ScriptObject,
+    bias: torch.Tensor | None,
+    per_row: bool,
+    name: str = "?",
 ) -> torch.Tensor:
-    """x · Wᵀ (+ bias) with one activation scale per row of x, else fbgemm's one for the batch:
-    fbgemm quantizes with one range, so each row is divided by its absolute maximum first and
-    multiplied back after."""
+    """x · Wᵀ (+ bias) with one activation scale per row of x, else fbgemm's one for the batch;
+    a non-finite input is a UserError naming the layer (`name`).
+
+    Per row, each row is divided by its absolute maximum and quantized with the fixed range
+    [-1, 1], not one fbgemm measures on the batch: a range measured on the batch depends on the
+    other rows (a row alone, its largest value positive, spans [min, 1]; beside rows whose
+    largest is negative, [-1, 1]), and so did the int8 values of a row and the translation of a
+    line alone and in a batch. With the range fixed, fbgemm's integer product and its float
+    epilogue are per row: a row's output is bitwise the same in any batch."""
     if not per_row:
+        _check_finite(x.abs(), name)
         product = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=REDUCE_RANGE)
         return product if bias is None else product.add_(bias)
-    scale = x.abs().amax(-1, keepdim=True).clamp_min_(TINY)
-    product = torch.ops.quantized.linear_dynamic(x / scale, packed, reduce_range=REDUCE_RANGE)
+    scale = x.abs().amax(-1, keepdim=True)
+    _check_finite(scale, name)
+    scale.clamp_min_(TINY)
+    product = torch.ops.quantized.linear_with_input_q_dq_qweight_dq_output_fp32(
+        x / scale, *ROW_QPARAMS, packed
+    )
     # One op for the scale and the bias: each op costs microseconds at a decoding step's size.
     return product.mul_(scale) if bias is None else torch.addcmul(bias, product, scale)
+
+
+def _check_finite(magnitudes: torch.Tensor, name: str) -> None:
+    # One value read back: max() carries a NaN or an inf through.
+    if magnitudes.numel() and not math.isfinite(magnitudes.max().item()):
+        raise UserError(
+            f"int8 layer {name}: non-finite activation (inf/NaN) in its input; the model's "
+            f"float32 activations overflow or its weights are damaged (try --quantize none)"
+        )
+
+
+def name_layers(model: nn.Module) -> None:
+    """Give every int8 linear and output layer of `model` its name, for its error messages."""
+    for name, module in model.named_modules():
+        if isinstance(module, Int8Linear | Int8Output):
+            module.name = name
 
 
 def use_activation_scales(model: nn.Module, per_row: bool) -> int:
@@ -379,6 +426,7 @@ def build_int8(skeleton: Transformer, tensors: Mapping[str, torch.Tensor]) -> Tr
     extra = sorted(set(tensors) - used)
     if extra:
         raise ValueError(f"not tensors of this model: {', '.join(extra[:5])}")
+    name_layers(model)
     return model.eval()
 
 

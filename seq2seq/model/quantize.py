@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from seq2seq.errors import UserError
-from seq2seq.model.int8 import Int8Linear, convert_embeddings, convert_linears
+from seq2seq.model.int8 import Int8Linear, convert_embeddings, convert_linears, name_layers
 from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,7 @@ def quantize_int8(model: Transformer) -> Transformer:
     use_int8_engine()
     convert_embeddings(model)
     names = convert_linears(model, skip={"output"})
+    name_layers(model)
     left = [name for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     if left:  # a Linear subclass would stay float32
         raise RuntimeError(f"linear layers left in float32 after quantization: {left}")
