@@ -46,6 +46,7 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from seq2seq.config import load_run_config  # noqa: E402
 from seq2seq.data.batching import pad  # noqa: E402
 from seq2seq.data.tokenizer import word_starts  # noqa: E402
 from seq2seq.decode.alignment import grow_diag_final_and, replay, word_alignment  # noqa: E402
@@ -327,9 +328,8 @@ def step_speed(args) -> dict:
 
 def load(args):
     torch.set_num_threads(2)
-    translator, _ = load_translator(args.run, device="cpu")
-    decode = translator.decode.model_copy(update={"beam_size": 4})
-    translator.decode = decode
+    decode = load_run_config(args.run).decode.model_copy(update={"beam_size": 4})
+    translator, _ = load_translator(args.run, device="cpu", decode=decode)
     return translator
 
 

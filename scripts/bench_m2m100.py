@@ -121,8 +121,8 @@ def seq2seq_decode(run: Path, src: list[str], beam: int):
         hyps = [""] * len(src)
         for batch, cap in plan:
             # Theirs counts generated tokens, ours tokens + EOS (forced at the cap).
-            tr.decode = decode.model_copy(update={"max_len_a": 0.0, "max_len_b": cap + 1})
-            for i, hyp in zip(batch, tr.translate([src[i] for i in batch])):
+            capped = decode.model_copy(update={"max_len_a": 0.0, "max_len_b": cap + 1})
+            for i, hyp in zip(batch, tr.translate([src[i] for i in batch], options=capped)):
                 hyps[i] = hyp
         return hyps
 

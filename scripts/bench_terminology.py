@@ -429,12 +429,14 @@ def score_preferred(
 def glossary_outputs(translator, lines: list[str], glossary, mode: str):
     """Outputs with the glossary applied as `mode` says, their seconds, and the mode applied
     (a run not trained with terms constrains instead of annotating)."""
-    t = translator.with_decode(translator.decode.model_copy(update={"term_mode": mode}))
-    t.translate_sources(t.prepare(lines[:8], glossary=glossary))  # warm-up
+    t, options = translator, translator.options.model_copy(update={"term_mode": mode})
+    t.translate_sources(
+        t.prepare(lines[:8], options, glossary=glossary), options=options
+    )  # warm-up
     start = time.perf_counter()
-    found = t.translate_sources(t.prepare(lines, glossary=glossary))
+    found = t.translate_sources(t.prepare(lines, options, glossary=glossary), options=options)
     seconds = time.perf_counter() - start
-    return [best[0][0] for best in found], seconds, t.terms.mode(t.decode)
+    return [best[0][0] for best in found], seconds, t.terms.mode(options)
 
 
 def mode_figures(outputs: list[str], rows: list[dict], made_up: set[str]) -> dict:

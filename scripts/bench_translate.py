@@ -58,15 +58,14 @@ def translate_as_peers_do(translator, src: list[str], batch_size: int = BATCH) -
     lengths = [len(x) for x in translator.tokenizer.encode_src(src)]  # EOS included, as theirs
     order = sorted(range(len(src)), key=lambda i: -lengths[i])
     hyps = [""] * len(src)
-    base = translator.decode
+    base = translator.options
     for at in range(0, len(order), batch_size):
         batch = order[at : at + batch_size]
         # Theirs counts generated tokens, ours tokens + EOS (forced at the cap): one more step.
         cap = int(1.5 * lengths[batch[0]] + 10) + 1
-        translator.decode = base.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
-        for i, hyp in zip(batch, translator.translate([src[i] for i in batch])):
+        capped = base.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
+        for i, hyp in zip(batch, translator.translate([src[i] for i in batch], options=capped)):
             hyps[i] = hyp
-    translator.decode = base
     return hyps
 
 

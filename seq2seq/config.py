@@ -641,8 +641,21 @@ def parse_sampling(text: str) -> tuple[str, float] | None:
     return kind, number
 
 
+class LoadOptions(_Strict):
+    """How a run's weights are laid out for decoding, fixed when it is opened: the load-time
+    part of `decode:` (a call's own options, the rest, cannot change it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    quantize: Literal["none", "int8"] = "none"
+    int8_scales: Literal["row", "batch"] = "row"
+    packed_weights: bool = True
+
+
 class DecodeConfig(_Strict):
-    """Decoding settings of `evaluate` and `translate` (validation during training is greedy)."""
+    """Decoding settings of `evaluate` and `translate` (validation during training is greedy):
+    the config file's `decode:` section, load-time options (`load`: quantize, int8_scales,
+    packed_weights) beside the per-call ones a request may choose."""
 
     # Frozen, so hashable: the server's batcher groups requests by the settings they decode with.
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -705,6 +718,13 @@ class DecodeConfig(_Strict):
         "plain beam, for a run trained with data.augment.terms; `both`, annotated and "
         "constrained. A run whose tokenizer lacks the markers constrains, with a warning.",
     )
+
+    @property
+    def load(self) -> LoadOptions:
+        """The load-time part: how the run's weights are opened."""
+        return LoadOptions(
+            quantize=self.quantize, int8_scales=self.int8_scales, packed_weights=self.packed_weights
+        )
 
     @model_validator(mode="after")
     def _nbest_fits_beam(self) -> DecodeConfig:

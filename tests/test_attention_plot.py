@@ -174,14 +174,14 @@ def test_attention_quantize_overrides_the_runs_decode_quantize(run_dir, tmp_path
     config = run / "config.yaml"
     config.write_text(config.read_text().replace("quantize: none", "quantize: int8"))
     int8 = []
-    real = attention_plot.load_translator
+    real = attention_plot.load_for_decoding
 
-    def load_translator(*args, **kwargs):
-        translator, path = real(*args, **kwargs)
-        int8.append(bool(quantized_linears(translator.model)))
-        return translator, path
+    def load_for_decoding(*args, **kwargs):
+        run, device = real(*args, **kwargs)
+        int8.append(bool(quantized_linears(run.model)))
+        return run, device
 
-    monkeypatch.setattr(attention_plot, "load_translator", load_translator)
+    monkeypatch.setattr(attention_plot, "load_for_decoding", load_for_decoding)
     base = ["attention", "--run", str(run), "I have three cats.", "--device", "cpu"]
     for flags in ([], ["--quantize", "none"], ["--quantize", "int8"]):
         out = ["--output", str(tmp_path / f"{len(int8)}.png")]

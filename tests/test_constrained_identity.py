@@ -125,8 +125,8 @@ def test_translate_keeps_the_plain_text_and_score_of_a_line_holding_its_glossary
     translator = Translator(model, tokenizer, options, torch.device("cpu"))
     line = "I sleep at the hotel."
     plain = translator.translate_nbest([line])
-    glossary = translator.with_decode(options)
-    glossary.glossary = make_glossary([("hotel", "hôtel")])
+    hotel = make_glossary([("hotel", "hôtel")])
+    glossary = Translator(model, tokenizer, options, torch.device("cpu"), glossary=hotel)
     assert glossary.translate_nbest([line]) == plain == [[(output, plain[0][0][1])]]
 
 
@@ -142,5 +142,5 @@ def test_with_term_mode_both_the_plain_pass_reads_the_annotated_source(tmp_path,
     annotated = translator.translate_nbest([TERM_LINE])
     # Say every plain output holds its terms: "both" then answers with its plain pass.
     monkeypatch.setattr(search, "holds_terms", lambda outputs, *_: [True] * len(outputs))
-    both = translator.with_decode(options.model_copy(update={"term_mode": "both"}))
-    assert both.translate_nbest([TERM_LINE]) == annotated
+    both = options.model_copy(update={"term_mode": "both"})
+    assert translator.translate_nbest([TERM_LINE], options=both) == annotated

@@ -239,7 +239,6 @@ def test_ctranslate2_export_of_an_imported_model_decodes_as_ours_greedily(import
     cli("--quiet", "export", "--run", run, "--format", "ctranslate2", tmp_path / "ct2")
     tr, _ = load_translator(run, device="cpu", decode=run_decode(run, beam_size=1))
     cap = 20
-    tr.decode = tr.decode.model_copy(update={"max_len_a": 0.0, "max_len_b": cap})
     sources = SENTENCES[:2] + SENTENCES[5:6]
     special = tr.tokenizer.ids
     src = pad(tr.tokenizer.encode_src(sources), pad_id=special.pad)

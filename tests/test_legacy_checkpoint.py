@@ -30,5 +30,5 @@ def test_a_run_written_by_the_previous_code_decodes_identically():
         logits = translator.model(src, tgt_in, padding_mask(src), no_peek_mask(tgt_in))
     assert torch.allclose(logits, tensors["logits"], atol=1e-5, rtol=0)
     assert translator.translate(expected["sentences"]) == expected["beam"]
-    translator.decode = translator.decode.model_copy(update={"beam_size": 1})
-    assert translator.translate(expected["sentences"]) == expected["greedy"]
+    greedy = translator.options.model_copy(update={"beam_size": 1})
+    assert translator.translate(expected["sentences"], options=greedy) == expected["greedy"]

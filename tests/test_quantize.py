@@ -184,11 +184,11 @@ def test_int8_on_cuda_is_one_clear_error(trained_tiny_run, monkeypatch):
     assert result.exit_code == 1 and result.stderr.count("\n") == 1
     assert "is a CPU path" in result.stderr and "--device cpu" in result.stderr
     # `auto` on a CUDA machine loads an int8 model on the CPU, never on the GPU.
-    import seq2seq.decode.translator as translator_module
+    import seq2seq.run.rundir as rundir_module
 
     asked = []
-    real = translator_module.resolve_device
-    monkeypatch.setattr(translator_module, "resolve_device", lambda n: asked.append(n) or real(n))
+    real = rundir_module.resolve_device
+    monkeypatch.setattr(rundir_module, "resolve_device", lambda n: asked.append(n) or real(n))
     int8 = run_decode(trained_tiny_run, quantize="int8")
     load_translator(trained_tiny_run, device="auto", decode=int8)
     assert asked == ["cpu"]

@@ -118,7 +118,7 @@ def babbler(tmp_path_factory, demo_pairs) -> Translator:
 
 
 def _sampled(translator: Translator, lines: list[str], **options) -> list[str]:
-    return translator.with_decode(DecodeConfig(**{**SAMPLED, **options})).translate(lines)
+    return translator.translate(lines, options=DecodeConfig(**{**SAMPLED, **options}))
 
 
 def test_copies_of_one_line_each_get_their_own_sample_whatever_the_batch_size(babbler):
@@ -132,21 +132,22 @@ def test_a_line_is_sampled_the_same_alone_in_any_batch_or_order(babbler, demo_pa
     lines = [src for src, _ in demo_pairs[:40]]
     together = _sampled(babbler, lines, batch_size=7, seed=2)
     alone = [
-        babbler.with_decode(DecodeConfig(**SAMPLED, seed=2)).translate([line], first_line=i)[0]
+        babbler.translate([line], first_line=i, options=DecodeConfig(**SAMPLED, seed=2))[0]
         for i, line in enumerate(lines)
     ]
     assert together == alone
     sources = babbler.prepare(lines)  # each keeps its line number, whatever its place
     shuffled = [sources[i] for i in reversed(range(len(sources)))]
-    again = babbler.with_decode(DecodeConfig(**SAMPLED, seed=2, batch_size=5))
-    assert [best[0][0] for best in again.translate_sources(shuffled)] == together[::-1]
+    again = DecodeConfig(**SAMPLED, seed=2, batch_size=5)
+    found = babbler.translate_sources(shuffled, options=again)
+    assert [best[0][0] for best in found] == together[::-1]
 
 
 def test_the_seed_and_the_line_number_choose_the_samples(babbler):
     line = ["Click the button to save your changes."]
     at_3 = [_sampled(babbler, line * 8, seed=s) for s in (3, 3, 4)]
     assert at_3[0] == at_3[1] and at_3[0] != at_3[2]
-    moved = babbler.with_decode(DecodeConfig(**SAMPLED, seed=3)).translate(line, first_line=5)
+    moved = babbler.translate(line, first_line=5, options=DecodeConfig(**SAMPLED, seed=3))
     assert moved[0] == at_3[0][5] and len(set(at_3[0])) > 1
 
 
@@ -161,6 +162,8 @@ def test_the_sentences_of_one_line_draw_from_streams_of_their_own(babbler):
 
 def test_samples_with_token_probabilities_are_those_of_plain_translation(babbler, demo_pairs):
     lines = [src for src, _ in demo_pairs[:12]]
-    sampling = babbler.with_decode(DecodeConfig(**SAMPLED, seed=8))
+    sampling = Translator(
+        babbler.model, babbler.tokenizer, DecodeConfig(**SAMPLED, seed=8), babbler.device
+    )
     annotated = annotate(sampling, lines, Annotation(token_probs=True), first_line=300)
     assert [a.text for a in annotated] == sampling.translate(lines, first_line=300)

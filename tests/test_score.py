@@ -63,9 +63,9 @@ def _searched(translator: Translator, lines: list[str], beam: int, cap: int = 24
     """The best hypothesis of each line, decoded whole with `beam` and at most `cap` tokens,
     and the padded source batch."""
     options = {"beam_size": beam, "split_sentences": False, "max_len_a": 0.0, "max_len_b": cap}
-    translator = translator.with_decode(translator.decode.model_copy(update=options))
-    segments = flatten(translator.prepare(lines))
-    best = [hyps[0] for hyps in translator.search(segments)]
+    options = translator.options.model_copy(update=options)
+    segments = flatten(translator.prepare(lines, options))
+    best = [hyps[0] for hyps in translator.search(segments, options=options)]
     return best, pad([s.ids for s in segments], pad_id=translator.tokenizer.ids.pad)
 
 
@@ -138,8 +138,8 @@ def test_batching_and_order_do_not_change_scores(any_run, demo_pairs):
     sources, targets = [a for a, _ in pairs], [b for _, b in pairs]
     whole = score_pairs(translator, sources, targets)
     for options in ({"batch_size": 1}, {"batch_size": 7}, {"max_tokens": 60}):
-        other = translator.with_decode(translator.decode.model_copy(update=options))
-        for got, want in zip(score_pairs(other, sources, targets), whole):
+        other = translator.options.model_copy(update=options)
+        for got, want in zip(score_pairs(translator, sources, targets, options=other), whole):
             assert got[1] == want[1] and got[0] == pytest.approx(want[0], abs=TOLERANCE)
     backwards = score_pairs(translator, sources[::-1], targets[::-1])[::-1]
     assert [c for _, c in backwards] == [c for _, c in whole]

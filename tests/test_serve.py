@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 import signal
@@ -66,9 +65,8 @@ def reference(run_dir):
     translator, _ = load_translator(run_dir, device="cpu")
 
     def translate(lines: list[str], beam_size: int | None = None) -> list[str]:
-        t = copy.copy(translator)
-        t.decode = with_changes(translator.decode, {"beam_size": beam_size})
-        return t.translate(lines)
+        options = with_changes(translator.options, {"beam_size": beam_size})
+        return translator.translate(lines, options=options)
 
     return translate
 

@@ -240,10 +240,10 @@ def test_a_glossary_request_in_html_decoded_in_slices_is_what_it_is_decoded_whol
         "glossary": [[w.lower(), "maison"] for w in words],
     }
     limits = RequestLimits()
-    req = parse_translate_request(json.dumps(body).encode(), limits, translator.decode)
+    req = parse_translate_request(json.dumps(body).encode(), limits, translator.options)
     req, sources = request_checker(translator, limits)(req)
     assert work_group(sources) == "markup" and all(s.constraints for s in sources)
-    whole = translate_sources(translator.with_decode(req.options), sources)
+    whole = translate_sources(translator, sources, options=req.options)
 
     seen: list[int] = []
 

@@ -35,7 +35,7 @@ def marked(tmp_path_factory):
 
 def _seen(translator: Translator, mode: str):
     """The source pieces the model is given for TERM_LINE, and the constraints of its search."""
-    options = translator.decode.model_copy(update={"term_mode": mode})
+    options = translator.options.model_copy(update={"term_mode": mode})
     (source,) = translator.prepare([TERM_LINE], options)
     (segment,) = source.segments
     pieces = translator.tokenizer.src_pieces(list(segment[:-1]))  # less EOS
@@ -64,9 +64,9 @@ def test_constrain_is_the_default_and_leaves_the_source_as_it_is(marked):
 
 
 def test_annotate_decodes_with_the_plain_beam(marked):
-    options = marked.decode.model_copy(update={"term_mode": "annotate", "beam_size": 1})
+    options = marked.options.model_copy(update={"term_mode": "annotate", "beam_size": 1})
     sources = marked.prepare([TERM_LINE, ""], options)  # greedy: no constraint needs a beam
-    assert len(marked.with_decode(options).translate_sources(sources)) == 2
+    assert len(marked.translate_sources(sources, options=options)) == 2
 
 
 def test_annotations_count_as_no_source_words_for_alignments(marked):

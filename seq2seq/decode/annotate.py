@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from seq2seq.config import DecodeConfig
 from seq2seq.data.term_annotation import without_annotations
 from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import (
@@ -64,13 +65,14 @@ def replay_segments(
     hyps: list[Hypothesis],
     annotation: Annotation,
     kept: dict[tuple, torch.Tensor] | None = None,
+    options: DecodeConfig | None = None,
 ) -> list[Replayed]:
-    """`replay` over many (source, best hypothesis) segments, in the translator's batches
-    (`kept`: their encoder outputs, from `encoder_outputs_kept`)."""
+    """`replay` over many (source, best hypothesis) segments, in the batches `options` (the
+    translator's by default) make (`kept`: their encoder outputs, from `encoder_outputs_kept`)."""
     special = translator.tokenizer.ids
     layers, head = _replayed_layers(translator, annotation)
     out: list[Replayed | None] = [None] * len(ids)
-    for chunk, src in translator.batched(ids):
+    for chunk, src in translator.batched(ids, options):
         tgt = [[*hyps[j].tokens, special.eos] for j in chunk]
         found = replay(
             translator.model,
@@ -117,17 +119,20 @@ def annotate_sources(
     sources: list[Source],
     annotation: Annotation,
     wanted: Callable[[int], bool] | None = None,
+    options: DecodeConfig | None = None,
 ) -> list[Annotated]:
-    """`annotate` of lines already prepared (`Translator.prepare`'s Sources); `wanted`: as
-    `Translator.translate_sources` (lines given up on come back empty)."""
-    lines = sources  # one output a source
+    """`annotate` of lines already prepared (`Translator.prepare`'s Sources); `wanted` and
+    `options`: as `Translator.translate_sources` (lines given up on come back empty)."""
+    lines, options = sources, options or translator.options  # one output a source
     segments = flatten(sources)
     ids = [s.ids for s in segments]
     extra = annotation.alignments or annotation.token_probs
     keep = encoder_outputs_kept(translator.model) if extra else nullcontext({})
     with keep as kept:
-        hyps = [found[0] for found in translator.search(segments, wanted)]
-    replayed = replay_segments(translator, ids, hyps, annotation, kept) if extra and ids else []
+        hyps = [found[0] for found in translator.search(segments, wanted, options)]
+    replayed = (
+        replay_segments(translator, ids, hyps, annotation, kept, options) if extra and ids else []
+    )
     by_line: dict[int, list[int]] = {}
     for j, segment in enumerate(segments):
         by_line.setdefault(segment.owner, []).append(j)
@@ -142,6 +147,7 @@ def annotate_sources(
     for (i, segs), text in zip(by_line.items(), texts):
         out[i] = _line(
             translator,
+            options,
             " ".join(text.split()),
             [ids[j] for j in segs],
             [hyps[j] for j in segs],
@@ -156,6 +162,7 @@ def annotate_sources(
 
 def _line(
     translator,
+    options: DecodeConfig,
     text: str,
     ids: list[list[int]],
     hyps: list[Hypothesis],
@@ -164,9 +171,7 @@ def _line(
 ) -> Annotated:
     """One line's annotated translation (`text`, decoded) from its segments' hypotheses."""
     score = (
-        hyps[0].score
-        if len(hyps) == 1
-        else joined_hypothesis([[h] for h in hyps], translator.decode).score
+        hyps[0].score if len(hyps) == 1 else joined_hypothesis([[h] for h in hyps], options).score
     )
     result = Annotated(text, score)
     if replayed is None:
@@ -276,13 +281,16 @@ def translate_tagged(
 
 
 def translate_sources(
-    translator: Translator, sources: list[Source], wanted: Callable[[int], bool] | None = None
+    translator: Translator,
+    sources: list[Source],
+    wanted: Callable[[int], bool] | None = None,
+    options: DecodeConfig | None = None,
 ) -> list[list[tuple[str, float]]]:
     """`Translator.translate_sources`, with each source's markup (serve's `format`) put back
     around the words aligned to the words it wrapped (a batch holding markup is aligned whole)."""
     if all(source.marked is None for source in sources):
-        return translator.translate_sources(sources, wanted)
-    found = annotate_sources(translator, sources, Annotation(alignments=True), wanted)
+        return translator.translate_sources(sources, wanted, options)
+    found = annotate_sources(translator, sources, Annotation(alignments=True), wanted, options)
     return [
         [(a.text if s.marked is None else reinsert(s.marked, a.text, a.alignment or []), a.score)]
         for s, a in zip(sources, found)

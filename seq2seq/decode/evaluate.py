@@ -299,8 +299,8 @@ def _scores(translator, sources, hypotheses, references) -> dict[str, Any]:
         "ter_signature": s.ter_signature,
         "length": length_report(sources, hypotheses, references),
         "decoding": {
-            "search": "greedy" if translator.decode.beam_size == 1 else "beam",
-            **translator.decode.model_dump(),
+            "search": "greedy" if translator.options.beam_size == 1 else "beam",
+            **translator.options.model_dump(),
         },
     }
 

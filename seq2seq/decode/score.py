@@ -28,6 +28,7 @@ from typing import TextIO
 
 import torch
 
+from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.corpus import decode_line
 from seq2seq.data.tokenizer import SpecialIds
@@ -43,13 +44,19 @@ LOGITS_BUDGET = 1 << 24
 
 
 def score_pairs(
-    translator: Translator, sources: list[str], targets: list[str], *, first_line: int = 0
+    translator: Translator,
+    sources: list[str],
+    targets: list[str],
+    *,
+    first_line: int = 0,
+    options: DecodeConfig | None = None,
 ) -> list[tuple[float, int]]:
     """Per pair: (natural-log probability of the target given the source, target tokens scored,
-    EOS included and a forced language token not), in input order; a pair too long is one
-    UserError naming its line (the first pair is line `first_line` + 1)."""
+    EOS included and a forced language token not), in input order, in the batches `options`
+    (default: the translator's) make; a pair too long is one UserError naming its line (the
+    first pair is line `first_line` + 1)."""
     src_ids, tgt_ids, forced = encode_pairs(translator, sources, targets, first_line=first_line)
-    return _score_ids(translator, src_ids, tgt_ids, forced)
+    return _score_ids(translator, src_ids, tgt_ids, forced, options)
 
 
 def score_fitting(
@@ -68,11 +75,15 @@ def score_fitting(
 
 
 def _score_ids(
-    translator: Translator, src_ids: list[list[int]], tgt_ids: list[list[int]], forced: bool
+    translator: Translator,
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    forced: bool,
+    options: DecodeConfig | None = None,
 ) -> list[tuple[float, int]]:
     out = [(0.0, 0)] * len(src_ids)
     with torch.inference_mode():
-        for chunk, src in translator.batched(src_ids):
+        for chunk, src in translator.batched(src_ids, options):
             rows = [tgt_ids[j] for j in chunk]
             totals = target_log_probs(translator.model, src, rows, translator.tokenizer.ids, forced)
             for j, total in zip(chunk, totals):

@@ -75,7 +75,7 @@ def _render(
     if terms is not None and len(terms) < len(chunk):
         line = first + len(terms) + 1
         raise UserError(f"{len(constraints)} lines of constraints; input line {line} has none")
-    if translator.decode.nbest == 1:
+    if translator.options.nbest == 1:
         return "".join(t + "\n" for t in translator.translate(chunk, terms, first_line=first))
     return "".join(
         f"{first + i} ||| {text} ||| {score:.4f}\n"

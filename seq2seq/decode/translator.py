@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 import torch
 
@@ -23,26 +22,24 @@ from seq2seq.decode.segments import LineTerms, Segment, Source, flatten
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.decode.spelling import TermSpelling
 from seq2seq.errors import UserError
-from seq2seq.model.int8 import use_activation_scales
-from seq2seq.model.packed import pack_linears
-from seq2seq.model.quantize import int8_device
 from seq2seq.model.transformer import Transformer
-from seq2seq.run.rundir import load_run
-from seq2seq.runtime import autocast_dtype, resolve_device
+from seq2seq.run.rundir import load_for_decoding
+from seq2seq.runtime import autocast_dtype
 
 log = logging.getLogger(__name__)
 
 
 class Translator:
     """Translates lists of lines in length-sorted batches; one result per input, always.
-    With `decode.split_sentences`, a line's sentences are decoded apart and their tokens joined.
-    Built ready by `load_translator`; nothing is set on it later."""
+    With `split_sentences`, a line's sentences are decoded apart and their tokens joined.
+    Built ready by `load_translator`; nothing is set on it later: a call's own decoding
+    options (a request's) are an argument, `options`, the run's by default."""
 
     def __init__(
         self,
         model: Transformer,
         tokenizer: Tokenizer,
-        decode: DecodeConfig,
+        options: DecodeConfig,
         device: torch.device,
         *,
         amp_dtype: torch.dtype | None = None,
@@ -52,7 +49,7 @@ class Translator:
         guided_head: tuple[int, int] | None = None,
         shortlist: Shortlist | None = None,
     ):
-        self.model, self.tokenizer, self.decode = model, tokenizer, decode
+        self.model, self.tokenizer, self._options = model, tokenizer, options
         self.device, self.amp_dtype = device, amp_dtype
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self.max_src_len = model.cfg.max_positions
@@ -62,10 +59,20 @@ class Translator:
         # Shared by `with_decode` copies: what they work out of the tokenizer, and warned about.
         self.spelling, self.terms = TermSpelling(tokenizer, device), LineTerms(tokenizer)
 
+    @property
+    def options(self) -> DecodeConfig:
+        """The decoding options a call uses unless it is given its own."""
+        return self._options
+
+    @property
+    def decode(self) -> DecodeConfig:
+        """`options`, by its old name (read only), for the server's modules until they move."""
+        return self._options
+
     def with_decode(self, decode: DecodeConfig) -> Translator:
         """The same model, tokenizer and glossary, decoding with other settings (a request's)."""
         other = copy.copy(self)
-        other.decode = decode
+        other._options = decode
         return other
 
     def languages(self, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
@@ -82,22 +89,29 @@ class Translator:
         src_lang: str | None = None,
         tgt_lang: str | None = None,
         first_line: int = 0,
+        options: DecodeConfig | None = None,
     ) -> list[str]:
         """The best translation of each line; empty (or blank) lines give empty outputs
         (`first_line`: the 0-based number of the first, for messages)."""
         languages = {"src_lang": src_lang, "tgt_lang": tgt_lang}
-        sources = self.prepare(lines, constraints=constraints, first_line=first_line, **languages)
-        return [best[0][0] for best in self.translate_sources(sources)]
+        found = self.translate_nbest(lines, constraints, first_line, options, **languages)
+        return [best[0][0] for best in found]
 
     def translate_nbest(
-        self, lines: list[str], constraints: list[list[str]] | None = None, first_line: int = 0
+        self,
+        lines: list[str],
+        constraints: list[list[str]] | None = None,
+        first_line: int = 0,
+        options: DecodeConfig | None = None,
+        **languages: str | None,
     ) -> list[list[tuple[str, float]]]:
-        """The `decode.nbest` best (text, score) pairs of each line, best first; each holds the
+        """The `options.nbest` best (text, score) pairs of each line, best first; each holds the
         line's target terms (`constraints`, else those of `glossary`). An n-best list
         (nbest > 1) is of whole lines: such lines are never split."""
-        return self.translate_sources(
-            self.prepare(lines, constraints=constraints, first_line=first_line)
+        sources = self.prepare(
+            lines, options, constraints=constraints, first_line=first_line, **languages
         )
+        return self.translate_sources(sources, options=options)
 
     def prepare(
         self,
@@ -111,14 +125,14 @@ class Translator:
         first_line: int = 0,
         truncate: bool = True,
     ) -> list[Source]:
-        """Each line split into sentences (as `options`, default `decode`, say) and encoded,
+        """Each line split into sentences (as `options`, default the translator's, say) and encoded,
         truncated to the model's positions; a blank line has no segments. `src_lang` and
         `tgt_lang` (default: the translator's) matter to a many-language model.
 
         Target terms each sentence must hold come from `glossary` (those whose source term the
         sentence holds: a term goes with its sentence) or are given per line (`constraints`;
         such a line is decoded whole, as nothing says which sentence a term belongs to)."""
-        options = options or self.decode
+        options = options or self.options
         glossary = glossary if glossary is not None else self.glossary
         src_lang, tgt_lang = self.languages(src_lang, tgt_lang)
         if constraints is not None and len(constraints) != len(lines):
@@ -164,7 +178,7 @@ class Translator:
         """`translate_nbest` of lines already prepared (split and encoded), with `options`
         (default: the translator's). `wanted(i)`, asked while decoding, says whether line i's
         result is still awaited; the lines it gives up on stop early and come back empty."""
-        options = options or self.decode
+        options = options or self.options
         out: list[list[tuple[str, float]]] = [[("", 0.0)] for _ in sources]
         segments = flatten(sources)
         by_line: dict[int, list[list[Hypothesis]]] = {}
@@ -181,7 +195,7 @@ class Translator:
 
     def batches(self, ids: list[list[int]], options: DecodeConfig | None = None) -> list[list[int]]:
         """Indices of `ids` in the length-sorted batches they are decoded in."""
-        options = options or self.decode
+        options = options or self.options
         return decode_batches(ids, options.batch_size, options.max_tokens)
 
     def batched(
@@ -212,7 +226,7 @@ class Translator:
     ) -> list[list[Hypothesis]]:
         """The n-best hypotheses of each segment, with `options` (default: the translator's;
         `wanted`: see translate_sources)."""
-        options = options or self.decode
+        options = options or self.options
         streams = line_streams([s.line for s in segments])  # a sentence samples its own stream
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]
         for chunk, src in self.batched([s.ids for s in segments], options):
@@ -342,28 +356,23 @@ def load_translator(
     glossary: Glossary | None = None,
     src_lang: str | None = None,
     tgt_lang: str | None = None,
-    quantize: Literal["none", "int8"] | None = None,
     shortlist: bool = False,
     packed: bool | None = None,
 ) -> tuple[Translator, Path]:
     """A ready Translator for a run directory's best (else latest) or a given checkpoint,
-    decoding with `decode` (default: the run's own settings), checking lines for `glossary`'s
-    terms, between `src_lang` and `tgt_lang` (default: the run's; checked: one clear error),
-    its weights int8 when `quantize` (default: `decode.quantize`) says so, scoring only the
-    run's lexical shortlist (RUN/shortlist.safetensors) when `shortlist`, float32 on CPU on
-    oneDNN-packed weights when `packed` (default: `decode.packed_weights`; an export reading
-    the model's weights passes False)."""
+    decoding with `decode` (default: the run's own settings; its load-time part, `decode.load`,
+    says how the weights load: int8, or float32 on oneDNN-packed weights on CPU), checking
+    lines for `glossary`'s terms, between `src_lang` and `tgt_lang` (default: the run's;
+    checked: one clear error), scoring only the run's lexical shortlist
+    (RUN/shortlist.safetensors) when `shortlist`; `packed` overrides `decode.packed_weights`."""
     decode = decode or load_run_config(run_dir).decode
-    int8 = (quantize or decode.quantize) == "int8"
-    dev = resolve_device(int8_device(device) if int8 else device)
-    # int8 once, at load: decoding then runs the int8 model like any other
-    run = load_run(run_dir, checkpoint, dev, int8=int8)
-    if int8:
-        use_activation_scales(run.model, per_row=decode.int8_scales == "row")
-    elif dev.type == "cpu" and (decode.packed_weights if packed is None else packed):
-        # A shortlist scores a subset of the output rows: that layer keeps torch's GEMM.
-        skip = {"output"} if shortlist else set()
-        pack_linears(run.model, decode.batch_size * decode.beam_size, skip)
+    load = (
+        decode.load if packed is None else decode.load.model_copy(update={"packed_weights": packed})
+    )
+    # A shortlist scores a subset of the output rows: that layer keeps torch's GEMM.
+    unpacked = frozenset({"output"} if shortlist else ())
+    rows = decode.batch_size * decode.beam_size
+    run, dev = load_for_decoding(run_dir, checkpoint, device, load, rows=rows, unpacked=unpacked)
     data, guided = run.config.data, run.config.train.alignment
     translator = Translator(
         run.model,

@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from seq2seq.config import load_run_config
 from seq2seq.data.layouts import tokenizer_files
-from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
+from seq2seq.run.rundir import load_run
 
 LAYER_NORM_EPS = 1e-5  # nn.LayerNorm's default, which the model uses
 
@@ -118,9 +117,9 @@ def export_ctranslate2(
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder; choose a new one")
     # Float32 weights always (whatever the run's decode.quantize): CTranslate2 quantizes itself.
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
-    tok = translator.tokenizer
-    spec = transformer_spec(translator.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
+    run = load_run(run_dir, checkpoint, "cpu")
+    tok = run.tokenizer
+    spec = transformer_spec(run.model, tok.src_vocabulary(), tok.tgt_vocabulary(), tok.ids)
 
     class _FromSpec(Converter):
         def _load(self):
@@ -129,7 +128,6 @@ def export_ctranslate2(
     # CTranslate2 quantizes on save (int8: one scale per output row, embeddings included).
     _FromSpec().convert(str(out), quantization=quantization, force=True)
     # CTranslate2 takes pieces, not text: the SentencePiece model(s) travel with the weights.
-    cfg = load_run_config(run_dir)
-    for model_file in tokenizer_files(run_dir, cfg.tokenizer):
+    for model_file in tokenizer_files(run_dir, run.config.tokenizer):
         shutil.copyfile(model_file, out / model_file.name)
     return out

@@ -41,7 +41,6 @@ from seq2seq.data.multilingual import (
     nllb_vocab,
 )
 from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, read_json
-from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import (
     ACTIVATIONS,
@@ -61,6 +60,7 @@ from seq2seq.interop.staging import (
     write_imported_run,
 )
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
+from seq2seq.run.rundir import load_run
 
 log = logging.getLogger(__name__)
 
@@ -368,9 +368,9 @@ def export_hf_m2m100(run_dir: Path, out: Path, checkpoint: Path | None = None) -
             f"{run_dir}: a {cfg.tokenizer.layout} tokenizer has no M2M100 form (export hf "
             "writes runs imported from M2M100 or NLLB)"
         )
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
-    config, generation = m2m100_config(translator.model, cfg, translator.decode)
-    tensors = m2m100_tensors(translator.model)
+    model = load_run(run_dir, checkpoint, "cpu").model
+    config, generation = m2m100_config(model, cfg, cfg.decode)
+    tensors = m2m100_tensors(model)
     tok_dir = Path(run_dir) / TOKENIZER_DIR
     with staged_folder(out) as staging:
         write_hf_model(staging, tensors, config, generation)

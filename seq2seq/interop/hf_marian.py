@@ -47,7 +47,6 @@ from seq2seq.data.tokenizer import (
     model_paths,
     read_json,
 )
-from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.interop.staging import (
     require_new_folder,
@@ -56,6 +55,7 @@ from seq2seq.interop.staging import (
     write_imported_run,
 )
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
+from seq2seq.run.rundir import load_run
 
 log = logging.getLogger(__name__)
 
@@ -590,9 +590,9 @@ def export_hf_marian(run_dir: Path, out: Path, checkpoint: Path | None = None) -
             "Marian form; export it with --format ctranslate2"
         )
     # Float32 weights always, whatever the run's decode.quantize.
-    translator, _ = load_translator(run_dir, checkpoint, "cpu", quantize="none", packed=False)
-    model, tokenizer = translator.model, translator.tokenizer
-    config, generation = marian_config(model, tokenizer.ids, tokenizer.joint, translator.decode)
+    run = load_run(run_dir, checkpoint, "cpu")
+    model, tokenizer = run.model, run.tokenizer
+    config, generation = marian_config(model, tokenizer.ids, tokenizer.joint, cfg.decode)
     tensors = marian_tensors(model)
     with staged_folder(out) as staging:
         write_hf_model(staging, tensors, config, generation)

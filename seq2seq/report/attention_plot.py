@@ -10,12 +10,13 @@ from pathlib import Path
 
 import torch
 
+from seq2seq.config import load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.decode import search
-from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.model.cross_attention import cross_attention_weights
 from seq2seq.model.transformer import Transformer
+from seq2seq.run.rundir import load_for_decoding
 
 
 def attention_of_translation(
@@ -49,5 +50,8 @@ def load_for_attention(
 ):
     """The model, tokenizer and decode settings of a run, as `translate` would load them (int8
     or not as `quantize` says, default the run's decode.quantize)."""
-    translator, path = load_translator(run_dir, checkpoint, device, quantize=quantize)
-    return translator.model, translator.tokenizer, translator.decode, path
+    decode = load_run_config(run_dir).decode
+    load = decode.load.model_copy(update={"quantize": quantize or decode.quantize})
+    rows = decode.batch_size * decode.beam_size
+    run, _ = load_for_decoding(run_dir, checkpoint, device, load, rows=rows)
+    return run.model, run.tokenizer, decode, run.checkpoint

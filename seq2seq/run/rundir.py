@@ -14,6 +14,7 @@ import torch
 from seq2seq.config import (
     CONFIG_NAME,
     Config,
+    LoadOptions,
     load_config,
     load_run_config,
     resolved,
@@ -23,8 +24,9 @@ from seq2seq.config import (
 from seq2seq.data.layouts import load_run_tokenizer, tokenizer_files
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.errors import ConfigError, UserError
-from seq2seq.model.int8 import build_int8, frame_only, quantized_state
-from seq2seq.model.quantize import release_freed_memory, use_int8_engine
+from seq2seq.model.int8 import build_int8, frame_only, quantized_state, use_activation_scales
+from seq2seq.model.packed import pack_linears
+from seq2seq.model.quantize import int8_device, release_freed_memory, use_int8_engine
 from seq2seq.model.transformer import Transformer, build_model
 from seq2seq.run.checkpoint import (
     Checkpoint,
@@ -36,6 +38,7 @@ from seq2seq.run.checkpoint import (
     load_weights,
     remove_debris,
 )
+from seq2seq.runtime import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -270,6 +273,29 @@ def load_run(
         load_weights(model, path)
     model.eval()
     return LoadedRun(cfg, tokenizer, model, path)
+
+
+def load_for_decoding(
+    run_dir: Path,
+    checkpoint: Path | None,
+    device: str,
+    load: LoadOptions,
+    *,
+    rows: int = 1,
+    unpacked: frozenset[str] = frozenset(),
+) -> tuple[LoadedRun, torch.device]:
+    """A run opened as `load` says, and its device: int8 on CPU (inputs scaled per row or per
+    batch), else float32, on CPU on oneDNN-packed weights laid out for `rows` rows at a time
+    (the layers `unpacked` names keep torch's GEMM)."""
+    int8 = load.quantize == "int8"
+    dev = resolve_device(int8_device(device) if int8 else device)
+    # int8 once, at load: decoding then runs the int8 model like any other
+    run = load_run(run_dir, checkpoint, dev, int8=int8)
+    if int8:
+        use_activation_scales(run.model, per_row=load.int8_scales == "row")
+    elif dev.type == "cpu" and load.packed_weights:
+        pack_linears(run.model, rows, set(unpacked))
+    return run, dev
 
 
 def int8_model(cfg: Config, tokenizer: Tokenizer, weights: Path) -> Transformer:
