@@ -11,7 +11,7 @@ from typing import Any
 from seq2seq.config import DecodeConfig
 from seq2seq.data.term_annotation import annotate, keeps_markers
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms
+from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.sentences import split_sentences
 
 log = logging.getLogger(__name__)
@@ -57,6 +57,28 @@ def flatten(sources: list[Source]) -> list[Segment]:
     ]
 
 
+def sources_of(
+    lines: int,
+    owner: list[int],
+    encoded: list[list[int]],
+    terms: list[Terms],
+    *,
+    first: int | None,
+    first_line: int,
+) -> list[Source]:
+    """`lines` prepared lines from their segments' ids and target terms (`owner`: the line of
+    each; `first`: the forced first token; `first_line`: the first line's number)."""
+    pieces: list[list[tuple[int, ...]]] = [[] for _ in range(lines)]
+    wanted: list[list[Terms]] = [[] for _ in range(lines)]
+    for i, seq, ids in zip(owner, encoded, terms):
+        pieces[i].append(tuple(seq))
+        wanted[i].append(ids)
+    return [
+        Source(tuple(p), tuple(w) if any(w) else (), first, line=first_line + i)
+        for i, (p, w) in enumerate(zip(pieces, wanted))
+    ]
+
+
 class LineTerms:
     """Splits lines into segments and finds the target terms of each, warning once per term a
     glossary's model cannot write and once about a term mode the tokenizer cannot carry."""
@@ -90,16 +112,18 @@ class LineTerms:
         lines,
         constraints,
         glossary: Glossary | None,
+        options: DecodeConfig,
         *,
-        split: bool,
         src_lang: str,
         first: int,
-        mode: str = "constrain",
     ):
-        """What is decoded (a line, or its sentences), the line each belongs to, and its target
-        terms (given per line, else the glossary's found in that segment; `first`: the 0-based
-        number of the first line, for messages). With `mode` annotate or both, each glossary
-        hit is annotated inline in its segment; with annotate, it is no constraint."""
+        """What is decoded (a line, or, as `options` say, its sentences), the line each belongs
+        to, and its target terms (given per line, else the glossary's found in that segment;
+        `first`: the 0-based number of the first line, for messages). With term mode annotate
+        or both, each glossary hit is annotated inline in its segment; with annotate, it is no
+        constraint."""
+        split = options.split_sentences and options.nbest == 1
+        mode = self.mode(options) if glossary is not None else "constrain"
         segments, owner, terms = [], [], []
         for i, line in enumerate(lines):
             if not line.strip():
@@ -119,6 +143,13 @@ class LineTerms:
                 wanted = [] if mode == "annotate" else [target for *_, target in hits]
                 terms.append(check_terms(_at_most(wanted, where), where))
         return segments, owner, terms
+
+    def ids(self, terms: list[str], line: int, *, glossary: bool) -> Terms:
+        """A segment's target terms as token ids (`line`: its 0-based line number); a
+        `glossary`'s terms the model cannot write are left out."""
+        where = f"input line {line + 1}"
+        found = self.writable(terms, where) if glossary else terms
+        return term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
 
     def writable(self, terms: list[str], where: str) -> list[str]:
         """A glossary's terms less those with pieces the model cannot output (each warned

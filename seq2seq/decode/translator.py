@@ -14,11 +14,11 @@ import torch
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenizer import Tokenizer
-from seq2seq.decode.glossary import Glossary, term_ids
+from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.sampling import line_streams
 from seq2seq.decode.search import decode
-from seq2seq.decode.segments import LineTerms, Segment, Source, flatten
+from seq2seq.decode.segments import LineTerms, Segment, Source, flatten, sources_of
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.decode.spelling import TermSpelling
 from seq2seq.errors import UserError
@@ -137,37 +137,17 @@ class Translator:
         src_lang, tgt_lang = self.languages(src_lang, tgt_lang)
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
-        split = options.split_sentences and options.nbest == 1
-        mode = self.terms.mode(options) if glossary is not None else "constrain"
-        segments, owner, terms = self.terms.split(
-            lines,
-            constraints,
-            glossary,
-            split=split,
-            src_lang=src_lang,
-            first=first_line,
-            mode=mode,
-        )
+        at = {"src_lang": src_lang, "first": first_line}
+        segments, owner, terms = self.terms.split(lines, constraints, glossary, options, **at)
         if any(terms) and options.beam_size < 2:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
-        pieces: list[list[tuple[int, ...]]] = [[] for _ in lines]
-        wanted: list[list[tuple[tuple[int, ...], ...]]] = [[] for _ in lines]
         numbers = [first_line + i for i in owner]
         most = self.max_src_len if truncate else None  # serve refuses (413) instead of cutting
         encoded = _encode(self.tokenizer, segments, numbers, (src_lang, tgt_lang), most)
-        for i, seq, found in zip(owner, encoded, terms):
-            pieces[i].append(tuple(seq))
-            where = f"input line {first_line + i + 1}"
-            if constraints is None:  # a glossary's: a term the model cannot write is skipped
-                found = self.terms.writable(found, where)
-            wanted[i].append(
-                term_ids(self.tokenizer.encode_tgt, found, where, self.tokenizer.ids.unk)
-            )
+        # A glossary's term the model cannot write is skipped; a given one is an error.
+        ids = [self.terms.ids(t, n, glossary=constraints is None) for t, n in zip(terms, numbers)]
         first = self.tokenizer.first_target_token(tgt_lang)
-        return [
-            Source(tuple(p), tuple(w) if any(w) else (), first, line=first_line + i)
-            for i, (p, w) in enumerate(zip(pieces, wanted))
-        ]
+        return sources_of(len(lines), owner, encoded, ids, first=first, first_line=first_line)
 
     def translate_sources(
         self,
