@@ -543,7 +543,7 @@ def test_final_choice_by_beam_ships_the_candidate_with_the_highest_beam_bleu(
         real_bleu(self, translate, sentences)
         if translate is self.translate:
             return next(greedy)
-        seen.append((translate.__self__.decode.beam_size, sentences))
+        seen.append((translate.__self__.options.beam_size, sentences))
         return next(set_scores)
 
     monkeypatch.setattr(validation.Validator, "_bleu", bleu)

@@ -9,14 +9,18 @@ import subprocess
 
 import polib
 import pytest
+import torch
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.annotate import Annotated
 from seq2seq.decode.glossary import read_glossary
+from seq2seq.decode.translator import Translator
 from seq2seq.document import translate
 from seq2seq.document.translate import FAILED, TOO_LONG, UNKNOWN, translate_document
 from tests.factories import tiny_translator, untrained_run
 from tests.runs import cli
+
+CPU = torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +163,6 @@ def test_a_glossary_term_reaches_the_translated_document(translator, demo_pairs,
     source = demo_pairs[0][0]
     (tmp_path / "terms.tsv").write_text(f"{source.split()[-1].rstrip('.')}\tparc\n")
     glossary = read_glossary(tmp_path / "terms.tsv")
-    beam = translator.with_decode(DecodeConfig(beam_size=4))
+    beam = Translator(translator.model, translator.tokenizer, DecodeConfig(beam_size=4), CPU)
     out, report = translate_document(beam, f"{source}\n".encode(), "text", glossary=glossary)
     assert report.translated == 1 and "parc" in out.decode()
