@@ -39,18 +39,19 @@ from seq2seq.serve.batcher import (
     QueueFull,
     Stopped,
 )
+from seq2seq.serve.bodies import native_or_libretranslate
 from seq2seq.serve.deepl import add_routes as add_deepl_routes
 from seq2seq.serve.forms import ClientGone, Declined, read_body
 from seq2seq.serve.glossary_store import open_glossaries
 from seq2seq.serve.keys import KeyCheck, presented_key, read_keys, refunding
 from seq2seq.serve.langs import served_pairs
+from seq2seq.serve.libretranslate import MAX_ALTERNATIVES
 from seq2seq.serve.libretranslate import add_routes as add_libretranslate_routes
 from seq2seq.serve.libretranslate import asks as libretranslate_asks
 from seq2seq.serve.page import add_route as add_page_route
 from seq2seq.serve.schema import (
     RequestError,
     RequestLimits,
-    TranslateBody,
     TranslateRequest,
     check_characters,
     check_sentence_tokens,
@@ -402,15 +403,9 @@ def _add_translate_route(
     from fastapi.responses import JSONResponse, Response
     from starlette.requests import ClientDisconnect
 
-    schema = TranslateBody.model_json_schema()
     prepare = models.native_preparer()
 
-    @app.post(
-        "/translate",
-        openapi_extra={
-            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}
-        },
-    )
+    @app.post("/translate", openapi_extra=native_or_libretranslate(MAX_ALTERNATIVES))
     @refunding(keys)
     async def translate(request: Request):
         """Translate `{"text": …}` or `{"texts": […]}`; answers the translations and scores.

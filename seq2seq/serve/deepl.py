@@ -7,7 +7,8 @@ path), the `Authorization: DeepL-Auth-Key …` header, errors `{"message": …}`
 
 import asyncio
 
-from seq2seq.serve.forms import ClientGone, body_fields, read_body
+from seq2seq.serve.bodies import deepl_glossary, deepl_languages, deepl_translate, deepl_usage
+from seq2seq.serve.forms import ClientGone, body_fields, lone_surrogate, read_body, sendable
 from seq2seq.serve.glossaries import glossary_entries
 from seq2seq.serve.glossary_store import GlossaryStore, MemoryGlossaries
 from seq2seq.serve.keys import KeyCheck, presented_key, refunding
@@ -22,7 +23,9 @@ TAGS = {"xml": "xml", "html": "html"}
 def _message(status: int, message: str, detail: str | None = None, headers=None):
     from fastapi.responses import JSONResponse  # the optional `serve` extra
 
-    body = {"message": message} if detail is None else {"message": message, "detail": detail}
+    body = {"message": sendable(message)}
+    if detail is not None:
+        body["detail"] = sendable(detail)
     return JSONResponse(body, status, headers=headers)
 
 
@@ -161,7 +164,8 @@ def add_routes(app, models, keys: KeyCheck, store: GlossaryStore | None = None) 
 def _add_usage_route(app, models, keys: KeyCheck) -> None:
     from fastapi import Request  # the optional `serve` extra
 
-    @app.api_route("/v2/usage", methods=["GET", "POST"])
+    @app.get("/v2/usage", openapi_extra=deepl_usage())
+    @app.post("/v2/usage", openapi_extra=deepl_usage())
     async def usage(request: Request):
         """DeepL: the characters translated for this key since the server started, and its
         character limit (the keys file's `characters=N`, else one no server reaches)."""
@@ -181,7 +185,7 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
 
     limits = models.limits
 
-    @app.post("/v2/translate")
+    @app.post("/v2/translate", openapi_extra=deepl_translate())
     @refunding(keys)
     async def translate(request: Request):
         """DeepL: `{"translations": [{detected_source_language, text}]}`."""
@@ -218,7 +222,7 @@ def _add_translate_route(app, models, keys: KeyCheck, store: GlossaryStore) -> N
 def _add_language_routes(app, models, keys: KeyCheck) -> None:
     from fastapi import Request  # the optional `serve` extra
 
-    @app.get("/v2/languages")
+    @app.get("/v2/languages", openapi_extra=deepl_languages())
     async def languages(request: Request, type: str = "source"):  # noqa: A002 (DeepL's name)
         """DeepL: the source (or, with `type=target`, target) languages loaded."""
         try:
@@ -252,6 +256,8 @@ def _new_glossary(models, store: GlossaryStore, key: str | None, fields: dict):
     for name in ("name", "source_lang", "target_lang", "entries"):
         if not isinstance(fields.get(name), str) or not fields[name]:
             raise RequestError(400, name, f"Missing or invalid argument: {name}")
+        if lone_surrogate(fields[name]):  # no text, and what is kept must go out as UTF-8
+            raise RequestError(400, name, f"Invalid argument: {name} holds a lone surrogate")
     source, target = _languages(models, fields)
     engine = models.route(source, target)
     if engine.glossary_refusal:
@@ -270,7 +276,7 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
     from fastapi import Request  # the optional `serve` extra
     from fastapi.responses import JSONResponse, Response
 
-    @app.post("/v2/glossaries")
+    @app.post("/v2/glossaries", openapi_extra=deepl_glossary())
     async def create(request: Request):
         """DeepL: a new glossary (entries as TSV or CSV); 201 and its description."""
         try:

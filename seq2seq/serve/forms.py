@@ -28,6 +28,17 @@ class ClientGone(Exception):
     """The client closed its connection before its answer."""
 
 
+def sendable(text: str) -> str:
+    """`text` as UTF-8 can carry it: a lone surrogate (JSON may spell one: "\\ud800"), which a
+    refusal may quote from the request, as its escape, not a failure to encode the answer."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def lone_surrogate(text: str) -> bool:
+    """Whether `text` holds a lone surrogate, which is no text (and no UTF-8)."""
+    return sendable(text) != text
+
+
 def media_type(content_type: str) -> str:
     """`application/json; charset=utf-8` → `application/json`."""
     return content_type.split(";", 1)[0].strip().lower()

@@ -61,6 +61,9 @@ def detect(texts: list[str], candidates: list[str]) -> list[tuple[str, float]]:
     """Each text's language among `candidates` (codes a model reads) and the identifier's
     probability (0–1); a text in none of them gets the first candidate with 0, as
     LibreTranslate answers when no loaded language fits."""
+    # A lone surrogate (JSON may spell one) is no UTF-8, which the identifier needs; as "?"
+    # it changes no text's language.
+    texts = [text.encode("utf-8", "replace").decode("utf-8") for text in texts]
     try:
         found_all = identify(texts)
     except UserError as e:  # the identifier's package or model is missing: the install's fault

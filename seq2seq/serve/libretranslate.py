@@ -10,7 +10,8 @@ batcher, limits and metrics; `glossary` (term pairs, or TSV lines in a form) is 
 import asyncio
 import json
 
-from seq2seq.serve.forms import ClientGone, body_fields, is_form, read_body
+from seq2seq.serve.bodies import libretranslate_detect
+from seq2seq.serve.forms import ClientGone, body_fields, is_form, read_body, sendable
 from seq2seq.serve.glossaries import read_entries
 from seq2seq.serve.keys import KeyCheck, presented_key, refunding
 from seq2seq.serve.langs import detect, language_list, language_name
@@ -43,7 +44,7 @@ def asks(headers, body: bytes) -> bool:
 def _error(status: int, message: str, headers=None):
     from fastapi.responses import JSONResponse  # the optional `serve` extra
 
-    return JSONResponse({"error": message}, status, headers=headers)
+    return JSONResponse({"error": sendable(message)}, status, headers=headers)
 
 
 def refusal(e: RequestError):
@@ -216,7 +217,7 @@ def _add_detect_route(app, models, keys: KeyCheck) -> None:
     limits = models.limits
     sources = sorted({s for s, _ in models.pairs})
 
-    @app.post("/detect")
+    @app.post("/detect", openapi_extra=libretranslate_detect())
     async def detect_route(request: Request):
         """LibreTranslate: the language of `q`, `[{confidence, language}]`."""
         try:
