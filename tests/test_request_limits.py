@@ -245,6 +245,18 @@ def test_a_glossary_over_the_term_character_limit_gets_the_native_apis_413(clien
 
 
 @pytest.mark.slow
+def test_a_lone_surrogate_in_a_glossary_term_is_refused_naming_the_pair(client):
+    # JSON may escape one ("\ud800"); the tokenizer cannot take it (found by test_serve_fuzz).
+    native = {"text": "hi", "glossary": [["hi", "x\ud800"]], "beam_size": 2}
+    as_json = {"content-type": "application/json"}  # json.dumps escapes it, as a client would
+    answer = client.post("/translate", content=json.dumps(native), headers=as_json)
+    assert answer.status_code == 422 and answer.json()["field"] == "glossary[0][1]"
+    libre = {"q": "hi", "source": "en", "target": "fr", "glossary": [["hi", "x\ud800"]]}
+    answer = client.post("/translate", content=json.dumps(libre), headers=as_json)
+    assert answer.status_code == 400 and "lone surrogate" in answer.json()["error"]
+
+
+@pytest.mark.slow
 def test_a_glossary_over_the_term_character_limit_gets_libretranslates_400(client):
     body = {"q": "a cat", "source": "en", "target": "fr", "glossary": LONG_PAIRS}
     answer = client.post("/translate", json=body)

@@ -238,6 +238,7 @@ def _glossary(pairs: list[list[str]], limits: RequestLimits) -> list[tuple[str, 
             raise RequestError(
                 422, f"glossary[{i}]", f"glossary[{i}] is a [source term, target term] pair"
             )
+        _check_text(pair, f"glossary[{i}]", False)
     # Counted, not built: the glossary is built by request_glossary, once the request has
     # passed the checks that cost little, and kept for later requests.
     chars = sum(len(a) + len(b) for a, b in pairs)
