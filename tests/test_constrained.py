@@ -223,7 +223,8 @@ class _BigramModel:
 def test_constrained_search_stops_only_when_no_open_hypothesis_can_beat_the_kth_finished():
     # Dynamic beam allocation keeps hypotheses that forced a term early; they finish first, so
     # stopping at k finished ones dropped the natural translation still under way.
-    strategy = ConstrainedBeam([((5,),)], k=2, eos=EOS_ID, alpha=1.0, norm="gnmt", glue=None)
+    settings = Settings(beam=2, alpha=1.0)  # the default ids: EOS is EOS_ID
+    strategy = ConstrainedBeam([((5,),)], settings, glue=None)
     cap = torch.tensor([10])
     best_possible = -1.2 / length_penalty(10, 1.0, "gnmt")  # log-probabilities only fall
     open_scores = torch.tensor([[-1.2, -3.0]])

@@ -63,9 +63,9 @@ def test_only_rows_missing_a_term_are_searched_with_constraints(monkeypatch):
     searched = []
 
     class Recording(search.ConstrainedBeam):
-        def __init__(self, constraints, **kw):
+        def __init__(self, constraints, *args, **kw):
             searched.append(list(constraints))
-            super().__init__(constraints, **kw)
+            super().__init__(constraints, *args, **kw)
 
     monkeypatch.setattr(search, "ConstrainedBeam", Recording)
     model, src = random_model(6), random_sources(6, batch=4)

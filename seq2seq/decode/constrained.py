@@ -52,6 +52,7 @@ import torch
 
 from seq2seq.decode.beam import Candidates
 from seq2seq.decode.hypothesis import ConstrainedHypothesis, length_penalty
+from seq2seq.decode.step import Settings
 
 Terms = list[tuple[tuple[int, ...], ...]]
 
@@ -182,16 +183,13 @@ class ConstrainedBeam:
     def __init__(
         self,
         constraints: Terms,
+        settings: Settings,
         *,
-        k: int,
-        eos: int,
-        alpha: float,
-        norm: str,
         glue,
         spellings: Spellings | None = None,
     ):
-        self.constraints, self.k, self.eos = constraints, k, eos
-        self.alpha, self.norm, self.glue = alpha, norm, glue
+        self.constraints, self.k, self.eos = constraints, settings.beam, settings.special.eos
+        self.alpha, self.norm, self.glue = settings.alpha, settings.length_norm, glue
         self.spellings = spellings
         self.kept = [outermost(cs) for cs in constraints]
         self.term_len: torch.Tensor | None = None  # [B, C], set by `limits` on the device

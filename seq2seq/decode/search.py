@@ -151,15 +151,8 @@ def constrained_beam_search(
 
 def _search_rows(model, src, src_mask, constraints, rest, glue, spellings, settings: Settings):
     """Constrained search of the batch's sentences `rest` only."""
-    strategy = ConstrainedBeam(
-        [constraints[i] for i in rest],
-        k=settings.beam,
-        eos=settings.special.eos,
-        alpha=settings.alpha,
-        norm=settings.length_norm,
-        glue=glue,
-        spellings=_rows_of(spellings, rest),
-    )
+    terms, spelled = [constraints[i] for i in rest], _rows_of(spellings, rest)
+    strategy = ConstrainedBeam(terms, settings, glue=glue, spellings=spelled)
     rows = torch.tensor(rest, device=src.device)
     if settings.dropped is not None:
         settings = replace(settings, dropped=partial(_dropped_rows, settings.dropped, rest))
