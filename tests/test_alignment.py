@@ -37,7 +37,7 @@ def translator(tmp_path_factory, demo_pairs):
     return t.__class__(
         t.model,
         t.tokenizer,
-        t.decode.model_copy(update={"beam_size": 3, "max_len_b": 6}),
+        t.options.model_copy(update={"beam_size": 3, "max_len_b": 6}),
         t.device,
     )
 

@@ -145,7 +145,7 @@ def test_greedy_and_beam_outputs_are_generates_with_forced_bos(imported, beam):
     special = tr.tokenizer.ids
     src_lang, tgt_lang, others = FAMILIES[family]
     src = pad(tr.tokenizer.encode_src(SENTENCES, src_lang), pad_id=special.pad)
-    options = tr.decode.model_copy(
+    options = tr.options.model_copy(
         update={"beam_size": beam, "max_len_a": 0.0, "max_len_b": CAP, "length_penalty": 1.0}
     )
     outputs, lengths = set(), []

@@ -82,7 +82,7 @@ def test_a_run_without_the_markers_warns_once_and_constrains(tmp_path, caplog):
     plain = tiny_translator(tmp_path, TERM_PAIRS, DecodeConfig(term_mode="annotate"))
     assert not keeps_markers(plain.tokenizer)
     plain = Translator(
-        plain.model, plain.tokenizer, plain.decode, plain.device, glossary=TERM_GLOSSARY
+        plain.model, plain.tokenizer, plain.options, plain.device, glossary=TERM_GLOSSARY
     )
     with caplog.at_level(logging.WARNING):
         first = plain.prepare([TERM_LINE])

@@ -22,7 +22,7 @@ def _translator(tmp_path, demo_pairs, **glossary) -> Translator:
     if not glossary:
         return t
     terms = make_glossary(glossary["pairs"])
-    return Translator(t.model, t.tokenizer, t.decode, t.device, glossary=terms)
+    return Translator(t.model, t.tokenizer, t.options, t.device, glossary=terms)
 
 
 def test_a_warning_names_the_true_line_of_a_later_chunk(tmp_path, demo_pairs, caplog):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
@@ -56,24 +55,13 @@ class Translator:
         self.glossary = glossary  # terms every line is checked for, if any
         # (decoder layer, head) trained on word alignments (train.alignment), if one was.
         self.guided_head, self.shortlist = guided_head, shortlist
-        # Shared by `with_decode` copies: what they work out of the tokenizer, and warned about.
+        # What it works out of the tokenizer once, and the terms it warned about.
         self.spelling, self.terms = TermSpelling(tokenizer, device), LineTerms(tokenizer)
 
     @property
     def options(self) -> DecodeConfig:
         """The decoding options a call uses unless it is given its own."""
         return self._options
-
-    @property
-    def decode(self) -> DecodeConfig:
-        """`options`, by its old name (read only), for the server's modules until they move."""
-        return self._options
-
-    def with_decode(self, decode: DecodeConfig) -> Translator:
-        """The same model, tokenizer and glossary, decoding with other settings (a request's)."""
-        other = copy.copy(self)
-        other._options = decode
-        return other
 
     def languages(self, src_lang: str | None, tgt_lang: str | None) -> tuple[str, str]:
         """The (source, target) languages a request means, the run's defaults filling in;

@@ -86,7 +86,7 @@ def translator_decode(translator: Translator):
     """The batcher's decode function: the run's Translator, with a request's search options."""
 
     def decode(sources: list[Source], options: DecodeConfig, wanted) -> list[Hypotheses]:
-        return translate_sources(translator.with_decode(options), sources, wanted)
+        return translate_sources(translator, sources, wanted, options)
 
     return decode
 
@@ -170,7 +170,7 @@ def run_info(run_dir: Path, checkpoint: Path, translator: Translator, cfg: Serve
     """What GET /info answers: the model's name, languages, checkpoint, shape and settings."""
     run_cfg = load_run_config(run_dir)
     summary = run_summary(run_dir)
-    d = translator.decode
+    d = translator.options
     return {
         "name": Path(run_dir).resolve().name,
         "run_dir": str(Path(run_dir).resolve()),
@@ -330,7 +330,7 @@ def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -
 def request_preparer(translator: Translator, limits: RequestLimits):
     """What a worker thread makes of a /translate body: the request parsed, checked and
     escaped, its glossary's terms found, its lines split and encoded (or a RequestError)."""
-    defaults = translator.decode  # what a request does not choose, the run's settings decide
+    defaults = translator.options  # what a request does not choose, the run's settings decide
     check = request_checker(translator, limits)
 
     def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
@@ -510,7 +510,7 @@ class Engine:
     def _prepare(self, body: dict, updates: dict) -> tuple[TranslateRequest, list[Source]]:
         # A lone surrogate goes back as its JSON escape, which the native checks refuse by name.
         encoded = json.dumps(body, ensure_ascii=False).encode("utf-8", "backslashreplace")
-        req = parse_translate_request(encoded, self.limits, self.translator.decode)
+        req = parse_translate_request(encoded, self.limits, self.translator.options)
         if updates:
             req = replace(req, options=req.options.model_copy(update=updates))
         return self.check(req)
@@ -563,13 +563,13 @@ class Models:
         first, limits = self.engines[0], self.limits
 
         def prepare(body: bytes) -> tuple[Engine, TranslateRequest, list[Source]]:
-            req = parse_translate_request(body, limits, first.translator.decode)
+            req = parse_translate_request(body, limits, first.translator.options)
             if req.model is not None:
                 engine = self.named(req.model)
             else:
                 engine = self.elsewhere(req.source_lang, req.target_lang) or first
             if engine is not first:  # its own defaults fill what the request leaves out
-                req = parse_translate_request(body, limits, engine.translator.decode)
+                req = parse_translate_request(body, limits, engine.translator.options)
             return (engine, *engine.check(req))
 
         return prepare

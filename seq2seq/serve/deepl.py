@@ -147,7 +147,7 @@ def native_body(engine, fields: dict, source: str, target: str, glossary: list |
     body: dict = {"texts": _texts(fields), "source_lang": source, "target_lang": target}
     body["format"] = fmt
     if glossary is not None:
-        beam = max(engine.translator.decode.beam_size, 2)
+        beam = max(engine.translator.options.beam_size, 2)
         body.update(glossary=glossary, beam_size=min(beam, engine.limits.max_beam_size))
     return body, ({} if split else {"split_sentences": False})
 

@@ -155,7 +155,7 @@ def native_body(engine, fields: dict, texts: list[str], single: bool, source: st
     glossary = _glossary(fields)
     if nbest > 1 and fmt == "html":
         raise RequestError(400, "alternatives", "Invalid request: alternatives need format text")
-    beam = max(engine.translator.decode.beam_size, nbest, 2 if glossary else 1)
+    beam = max(engine.translator.options.beam_size, nbest, 2 if glossary else 1)
     body: dict = {"text": texts[0]} if single else {"texts": texts}
     body.update(source_lang=source, target_lang=target, format=fmt, nbest=nbest)
     body["beam_size"] = min(beam, engine.limits.max_beam_size)
