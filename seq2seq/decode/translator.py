@@ -164,7 +164,7 @@ class Translator:
     def batches(self, ids: list[list[int]], options: DecodeConfig | None = None) -> list[list[int]]:
         """Indices of `ids` in the length-sorted batches they are decoded in."""
         options = options or self.options
-        return decode_batches(ids, options.batch_size, options.max_tokens)
+        return length_batches(ids, options.batch_size, options.max_tokens)
 
     def batched(
         self, ids: list[list[int]], options: DecodeConfig | None = None
@@ -204,7 +204,7 @@ class Translator:
                 dropped = partial(_unwanted, wanted, [s.owner for s in batch])
                 if all(dropped()):
                     continue
-            results = _decode_batch(self, src, batch, options, dropped, [streams[j] for j in chunk])
+            results = _search_batch(self, src, batch, options, dropped, [streams[j] for j in chunk])
             for j, hyps in zip(chunk, results):
                 found[j] = hyps
                 _warn_unmet(hyps[0], segments[j].line)
@@ -233,7 +233,7 @@ def _encode(
     return ids
 
 
-def _decode_batch(
+def _search_batch(
     translator: Translator, src, batch: list[Segment], options: DecodeConfig, dropped, streams
 ):
     # Rows of one batch may start different target languages (a server's requests).
@@ -283,7 +283,7 @@ def _unwanted(wanted: Callable[[int], bool], lines: list[int]) -> list[bool]:
     return [not wanted(i) for i in lines]
 
 
-def decode_batches(
+def length_batches(
     ids: list[list[int]], batch_size: int, max_tokens: int | None
 ) -> list[list[int]]:
     """Indices in length order, cut by `batch_size` sentences and `max_tokens` tokens."""
@@ -304,11 +304,11 @@ def decode_batches(
     return batches
 
 
-def joined_hypothesis(pieces: list[list[Hypothesis]], decode: DecodeConfig) -> Hypothesis:
+def joined_hypothesis(pieces: list[list[Hypothesis]], options: DecodeConfig) -> Hypothesis:
     """One hypothesis of a line from the best of each of its sentences: tokens in order,
     log-probabilities summed, scored with the length penalty of the whole (each EOS counted)."""
     hyps = [p[0] for p in pieces]
-    alpha, norm = decode.length_penalty, decode.length_norm
+    alpha, norm = options.length_penalty, options.length_norm
     tokens = [t for h in hyps for t in h.tokens]
     log_prob = sum(h.log_prob for h in hyps)
     length = sum(len(h.tokens) + 1 for h in hyps)
