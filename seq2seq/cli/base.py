@@ -1,5 +1,5 @@
 """What every `seq2seq` command shares: the Typer app, global options, error handling and the
-decode options. The commands themselves live in app.py and one module per newer job.
+options several commands take. The commands live in one module each; cli/app.py registers them.
 
 Each command imports its job inside its function. That is the one kind of function-local
 import of seq2seq modules the house allows, and it dodges no loop (nothing imports the CLI):
@@ -111,12 +111,7 @@ def decode_settings(run: Path, **options: Any) -> DecodeConfig:
     return run_decode(run, **options)
 
 
-BeamSize = Annotated[
-    int | None, typer.Option(help="Beam width; 1 is greedy (default: the run's decode.beam_size).")
-]
-LengthPenalty = Annotated[
-    float | None, typer.Option(help="α of the GNMT length penalty ((5+len)/6)^α.")
-]
+TrainedRun = Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")]
 BatchSize = Annotated[int | None, typer.Option(help="Sentences decoded together.")]
 MaxTokens = Annotated[int | None, typer.Option(help="Also cap a batch at this many tokens.")]
 Device = Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N.")]
@@ -128,14 +123,6 @@ TgtLang = Annotated[
     str | None,
     typer.Option(help="Target language of a many-language model (M2M100 `fr`, NLLB `fra_Latn`)."),
 ]
-SplitSentences = Annotated[
-    bool | None,
-    typer.Option(
-        "--split-sentences/--no-split-sentences",
-        help="Decode a line of several sentences sentence by sentence (default: the run's "
-        "decode.split_sentences, on).",
-    ),
-]
 Checkpoint = Annotated[
     Path | None, typer.Option(help="Weights to use (default: best, else latest).")
 ]
@@ -144,13 +131,5 @@ Quantize = Annotated[
     typer.Option(
         help="none or int8: int8 weights and dynamic int8 activations in every linear layer, "
         "on CPU (default: the run's decode.quantize, none).",
-    ),
-]
-UseShortlist = Annotated[
-    bool,
-    typer.Option(
-        "--shortlist",
-        help="Score only the run's lexical shortlist at each step (built by `seq2seq "
-        "shortlist`): faster on CPU; scores renormalise over it.",
     ),
 ]

@@ -8,10 +8,9 @@ from typing import Annotated
 import typer
 import yaml
 
-from seq2seq.cli.base import Device, app, user_errors
+from seq2seq.cli.base import Device, user_errors
 
 
-@app.command()
 @user_errors
 def clean(
     ctx: typer.Context,

@@ -7,11 +7,10 @@ from typing import Annotated
 
 import typer
 
-from seq2seq.cli.base import Device, app, global_options, user_errors
+from seq2seq.cli.base import Device, global_options, user_errors
 from seq2seq.errors import UserError
 
 
-@app.command()
 @user_errors
 def distill(
     ctx: typer.Context,

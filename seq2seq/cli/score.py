@@ -15,7 +15,7 @@ from seq2seq.cli.base import (
     MaxTokens,
     SrcLang,
     TgtLang,
-    app,
+    TrainedRun,
     decode_settings,
     user_errors,
 )
@@ -28,11 +28,10 @@ ScoreOutput = Annotated[
 ]
 
 
-@app.command()
 @user_errors
 def score(
     ctx: typer.Context,
-    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    run: TrainedRun,
     src: ScoreSrc,
     tgt: ScoreTgt,
     output: ScoreOutput = None,

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from seq2seq.cli.base import app, user_errors
+from seq2seq.cli.base import TrainedRun, user_errors
 
 ShortlistSrc = Annotated[Path, typer.Option("--src", help="Source lines of a parallel corpus.")]
 ShortlistTgt = Annotated[Path, typer.Option("--tgt", help="Target lines, line-aligned with --src.")]
@@ -19,11 +19,10 @@ Frequent = Annotated[
 ]
 
 
-@app.command()
 @user_errors
 def shortlist(
     ctx: typer.Context,
-    run: Annotated[Path, typer.Option("--run", "-r", help="Run directory of a trained model.")],
+    run: TrainedRun,
     src: ShortlistSrc,
     tgt: ShortlistTgt,
     k: ShortlistK = 50,
