@@ -653,9 +653,10 @@ class LoadOptions(_Strict):
 
 
 class DecodeConfig(_Strict):
-    """Decoding settings of `evaluate` and `translate` (validation during training is greedy):
-    the config file's `decode:` section, load-time options (`load`: quantize, int8_scales,
-    packed_weights) beside the per-call ones a request may choose."""
+    """Decoding settings of `evaluate` and `translate` (validation during training is greedy)."""
+
+    # The config file's `decode:` section as it always was: the load-time options (`load`:
+    # quantize, int8_scales, packed_weights) beside the per-call ones a request may choose.
 
     # Frozen, so hashable: the server's batcher groups requests by the settings they decode with.
     model_config = ConfigDict(extra="forbid", frozen=True)
