@@ -239,25 +239,15 @@ def _search_batch(
     # Rows of one batch may start different target languages (a server's requests).
     firsts, terms = [s.first for s in batch], [s.terms for s in batch]
     first = None if firsts[0] is None else torch.tensor(firsts, device=translator.device)
-    constrained = {}
+    extra = {"special": translator.tokenizer.ids, "dropped": dropped, "first": first}
     if any(terms):
         spelling = translator.spelling
         spellings = spelling.spellings({t for ts in terms for t in ts}, src)
-        constrained = {"constraints": terms, "glue": spelling.glue, "spellings": spellings}
-    special = translator.tokenizer.ids
-    if translator.shortlist is not None and not any(terms):  # terms: the whole vocabulary
-        constrained["rows"] = translator.shortlist.rows(src, first)
+        extra |= {"constraints": terms, "glue": spelling.glue, "spellings": spellings}
+    elif translator.shortlist is not None:  # terms: the whole vocabulary
+        extra["rows"] = translator.shortlist.rows(src, first)
     try:
-        return decode(
-            translator.model,
-            src,
-            options,
-            special=special,
-            dropped=dropped,
-            first=first,
-            streams=streams,
-            **constrained,
-        )
+        return decode(translator.model, src, options, streams=streams, **extra)
     except SearchError as e:
         raise _not_finite(sorted({batch[i].line + 1 for i in e.sentences})) from None
 
