@@ -38,9 +38,7 @@ def line_streams(lines: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def sampler(
-    text: str, seed: int, streams: list[tuple[int, int]], device: torch.device
-) -> Choose:
+def sampler(text: str, seed: int, streams: list[tuple[int, int]], device: torch.device) -> Choose:
     """The next-token choice a sampling setting asks for (argmax for `none`); row i of the
     batch draws from the stream of (`seed`, `streams[i]`): (line number, sentence of it)."""
     parsed = parse_sampling(text)
