@@ -183,7 +183,7 @@ def test_shell_completion_completes_commands_and_their_options():
         proc = subprocess.run([exe], env=env, capture_output=True, text=True, check=True)
         return proc.stdout.split()
 
-    assert complete("seq2seq tr") == ["train", "translate"]
+    assert complete("seq2seq tr") == ["train", "translate", "translate-file"]
     assert "--beam-size" in complete("seq2seq translate --be")
     # The script `--install-completion` writes for bash (asked for by name: which shell
     # `--show-completion` detects depends on the processes around it).
