@@ -133,7 +133,7 @@ def test_after_a_final_choice_info_shows_the_shipped_weights_beam_bleu(run_dir, 
         f"best BLEU:     14.25 at step 2, final choice (beam, whole valid set): {AVERAGE}" in text
     )
     # The server's /info says the same.
-    translator = types.SimpleNamespace(device="cpu", decode=DecodeConfig())
+    translator = types.SimpleNamespace(device="cpu", options=DecodeConfig())
     served = run_info(copy, list_checkpoints(copy)[-1].weights, translator, ServeConfig())
     assert (served["best_bleu"], served["best_bleu_from"]) == (14.25, "final_choice")
 
