@@ -1,14 +1,17 @@
 """The house rules that ARCHITECTURE.md states, held by a test so the map stays true: every
-package module sits in an import-linter layer and no test file imports another."""
+package module sits in an import-linter layer, no function passes 60 lines nor a class 200,
+and no test file imports another."""
 
 from __future__ import annotations
 
+import ast
 import configparser
 import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "seq2seq"
+MAX_FUNCTION_LINES, MAX_CLASS_LINES = 60, 200
 
 
 def _layered_modules() -> set[str]:
@@ -43,6 +46,32 @@ def test_every_package_module_sits_in_an_import_layer():
     outside = [m for m in _modules() if m not in layered]
     assert not outside, (
         f"modules in no .importlinter layers contract (add each to its folder's): {outside}"
+    )
+
+
+def _body_lines(node: ast.AST) -> int:
+    """Lines from a definition's first body statement (its docstring included) to its end:
+    a long signature (Typer's options) is not the body's length."""
+    return node.end_lineno - node.body[0].lineno + 1
+
+
+def _oversized() -> list[str]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if _body_lines(node) > MAX_FUNCTION_LINES:
+                    found.append(f"{where} {node.name}() {_body_lines(node)} lines")
+            elif isinstance(node, ast.ClassDef) and _body_lines(node) > MAX_CLASS_LINES:
+                found.append(f"{where} class {node.name} {_body_lines(node)} lines")
+    return found
+
+
+def test_no_function_passes_60_lines_nor_a_class_200():
+    assert not _oversized(), "split these (ARCHITECTURE.md, rules of the house): " + "; ".join(
+        _oversized()
     )
 
 
