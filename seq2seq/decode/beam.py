@@ -5,9 +5,10 @@ and tokens, the finished hypotheses, the length caps, polling for sentences nobo
 and stopping. A strategy owns which candidates a step offers and in what order they are
 preferred (`PlainBeam`: the 2k best by score, as Hugging Face `generate`; `ConstrainedBeam` in
 constrained.py: dynamic beam allocation over banks), any per-hypothesis state it needs, when a
-sentence may stop, and how its finished hypotheses read back. Sampling is one more strategy
-class; a vocabulary shortlist (shortlist.py, `beam_loop`'s `scored`: its sorted target ids)
-narrows the logits' columns to those ids, which `PlainBeam` maps back.
+sentence may stop, and how its finished hypotheses read back. Sampling is not a strategy: it is
+greedy search's choice of the next token (sampling.py). A vocabulary shortlist (shortlist.py,
+`beam_loop`'s `scored`: its sorted target ids) narrows the logits' columns to those ids, which
+`PlainBeam` maps back.
 
 All sentences and their beams decode as one [sentences × beam] batch. Each step takes the
 strategy's 2k preferred candidates of a sentence: those that end (EOS) within the first k join
