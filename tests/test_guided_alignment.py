@@ -24,6 +24,7 @@ class _Pieces:
     """A tokenizer's piece view: ids 10… are the pieces listed, 2 is EOS."""
 
     ids = DEFAULT_IDS
+    languages: dict[str, int] = {}  # a one-pair tokenizer: no language tokens
 
     def __init__(self, pieces: list[str]):
         self.table = {10 + i: p for i, p in enumerate(pieces)} | {2: "</s>"}
