@@ -20,6 +20,7 @@ from seq2seq.data.demo_corpus import generate_pairs  # noqa: E402
 from tests.factories import tiny_shape  # noqa: E402
 from tests.hf_models import write_marian_tokenizer  # noqa: E402
 from tests.runs import train_from, write_tiny_config  # noqa: E402
+from tests.servers import redis_server  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -57,3 +58,13 @@ def trained_tiny_run(tiny_config, tmp_path_factory) -> Path:
 def marian_tokenizer(tmp_path_factory, demo_pairs) -> Path:
     """OPUS-MT-style MarianTokenizer files trained on the demo pairs (needs transformers)."""
     return write_marian_tokenizer(tmp_path_factory.mktemp("marian-tokenizer"), demo_pairs)
+
+
+@pytest.fixture(scope="session")
+def redis_url():
+    """A real redis-server on a free loopback port for the tests that share state through it;
+    they skip without the binary."""
+    with redis_server() as url:
+        if url is None:
+            pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+        yield url

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -91,3 +95,42 @@ class LoopbackServer:
         self.server.should_exit = True
         self.thread.join(30)
         self.sock.close()
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (at the time of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def redis_server() -> Iterator[str | None]:
+    """The URL of a redis-server of the tests' own on a free loopback port, answering PING; None
+    when the binary is not installed (.ci/run installs it)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        yield None
+        return
+    port = free_port()
+    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for_redis(port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def _wait_for_redis(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                s.sendall(b"PING\r\n")
+                if s.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not answer within 10 s")

@@ -5,11 +5,7 @@ replicas), and entries that every later use would refuse are refused when the gl
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
 import threading
-import time
 import uuid
 
 import httpx
@@ -25,51 +21,11 @@ from seq2seq.serve.glossary_store import (
     SqliteGlossaries,
     open_glossaries,
 )
-from seq2seq.serve.server import listening_socket
 from tests.factories import untrained_run
+from tests.servers import LoopbackServer, free_port
 
 PETS = {"name": "pets", "source": "en", "target": "fr", "entries": [("cats", "chats")]}
 OWNER, OTHER = "key-a", "key-b"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_url():
-    """A real redis-server on a free loopback port, for this module's tests."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
-    port = _free_port()
-    process = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    try:
-        _wait_for_redis(port)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(10)
-
-
-def _wait_for_redis(port: int) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not answer within 10 s")
 
 
 def _opener(kind: str, tmp_path, request):
@@ -162,36 +118,13 @@ def test_a_state_dir_that_cannot_hold_the_store_is_one_clear_error(tmp_path):
 
 def test_a_redis_url_nobody_answers_is_one_clear_error():
     with pytest.raises(UserError, match="--redis-url"):
-        open_glossaries(None, f"redis://127.0.0.1:{_free_port()}/0")
+        open_glossaries(None, f"redis://127.0.0.1:{free_port()}/0")
 
 
 # Over HTTP
 
 KEYS = ["alice", "bob", "carol", "dave", "erin"]
 MISSING = "00000000-0000-0000-0000-000000000000"
-
-
-class LoopbackServer:
-    """The app under uvicorn on a free loopback port, in a thread of this process."""
-
-    def __init__(self, app):
-        import uvicorn  # the optional `serve` extra
-
-        self.sock = listening_socket("127.0.0.1", 0)
-        url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=url, timeout=60)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")

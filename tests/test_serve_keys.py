@@ -7,15 +7,10 @@ restart (SQLite in the state dir) and is shared by replicas through Redis; a key
 from __future__ import annotations
 
 import logging
-import shutil
-import socket
-import subprocess
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
-import httpx
 import pytest
 
 from seq2seq.decode.translator import load_translator
@@ -25,6 +20,7 @@ from seq2seq.serve.keys import KeyCheck, KeyLimits, presented_key, read_keys
 from seq2seq.serve.server import _announce, default_state_dir, listening_socket
 from seq2seq.serve.usage import MemoryUsage, RedisUsage, SqliteUsage, open_usage
 from tests.factories import untrained_run
+from tests.servers import LoopbackServer, free_port
 
 KEY, LIMITED, METERED = "secret-key", "limited-key", "metered#key"
 KEYS_FILE = (
@@ -94,29 +90,6 @@ def test_two_replicas_on_one_sqlite_file_cannot_overshoot(tmp_path):
     assert open_usage(None, None).__class__ is MemoryUsage
 
 
-@pytest.fixture(scope="module")
-def redis_url():
-    """A redis-server of this test's own on a free loopback port."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    for _ in range(200):
-        try:
-            RedisUsage(url)
-            break
-        except UserError:
-            time.sleep(0.05)
-    yield url
-    process.terminate()
-    process.wait(10)
-
-
 def test_replicas_sharing_redis_cannot_overshoot(redis_url):
     stores = [RedisUsage(redis_url) for _ in range(4)]
     passed = _crowd(lambda: stores[threading.get_ident() % 4].reserve("r", 3, 20), 16)
@@ -126,11 +99,8 @@ def test_replicas_sharing_redis_cannot_overshoot(redis_url):
 
 
 def test_an_unreachable_redis_is_one_error_at_start():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with pytest.raises(UserError, match="--redis-url"):
-        RedisUsage(f"redis://127.0.0.1:{port}/0")
+        RedisUsage(f"redis://127.0.0.1:{free_port()}/0")
 
 
 # The start-up warning
@@ -154,27 +124,6 @@ def test_the_start_up_warning_tells_the_truth_about_authentication(tmp_path, cap
 
 
 uvicorn = pytest.importorskip("uvicorn", reason="the serve extra is not installed")
-
-
-class LoopbackServer:
-    """The app under uvicorn on a free loopback port, in a thread of this process."""
-
-    def __init__(self, app):
-        self.sock = listening_socket("127.0.0.1", 0)
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
-        self.thread.start()
-        while not self.server.started:
-            time.sleep(0.02)
-        self.client = httpx.Client(base_url=self.url, timeout=60)
-
-    def stop(self) -> None:
-        self.client.close()
-        self.server.should_exit = True
-        self.thread.join(30)
-        self.sock.close()
 
 
 @pytest.fixture(scope="module")
