@@ -17,6 +17,7 @@ from typing import Protocol
 from seq2seq.errors import UserError
 from seq2seq.serve.glossaries import MAX_GLOSSARIES, StoredGlossary
 from seq2seq.serve.schema import RequestError
+from seq2seq.serve.usage import state_file
 
 STORE_FILE = "glossaries.sqlite3"
 BUSY_TIMEOUT_S = 10.0  # how long a write waits for another replica's on one SQLite file
@@ -308,8 +309,4 @@ def open_glossaries(state_dir: Path | None, redis_url: str | None) -> GlossarySt
         return RedisGlossaries(redis_url)
     if state_dir is None:
         return MemoryGlossaries()
-    try:
-        Path(state_dir).mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise UserError(f"--state-dir {state_dir}: cannot create it ({e.strerror})") from None
-    return SqliteGlossaries(Path(state_dir) / STORE_FILE)
+    return SqliteGlossaries(state_file(state_dir, STORE_FILE))

@@ -141,8 +141,13 @@ def open_usage(state_dir: Path | None, redis_url: str | None):
         return RedisUsage(redis_url)
     if state_dir is None:
         return MemoryUsage()
+    return SqliteUsage(state_file(state_dir, USAGE_FILE))
+
+
+def state_file(state_dir: Path, name: str) -> Path:
+    """The path of a store's file in the state directory, the directory made if missing."""
     try:
         Path(state_dir).mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise UserError(f"--state-dir {state_dir}: cannot create it ({e.strerror})") from None
-    return SqliteUsage(Path(state_dir) / USAGE_FILE)
+    return Path(state_dir) / name
