@@ -47,29 +47,8 @@ def read(data: bytes) -> Document:
         )
     if b"encryption-data" in parts.get("META-INF/manifest.xml", b""):
         raise UserError(f"this {KIND} is encrypted; send it without a password")
-    names = [name for name in ("content.xml", "styles.xml") if name in parts]
-    segments, counts = [], []
-    for name in names:
-        found = [runs.segment(flat) for _, flat in _paragraphs(_tree(parts[name], name), name)]
-        segments.extend(found)
-        counts.append(len(found))
-
-    def rebuild(translations: list[str]) -> bytes:
-        if len(translations) != len(segments):
-            raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
-        replaced, at = {}, 0
-        for name, count in zip(names, counts):
-            if count:
-                replaced[name] = _rewrite(parts[name], name, translations[at : at + count])
-            at += count
-        return zipdoc.write_package(data, replaced)
-
-    return Document(segments, rebuild)
-
-
-def _tree(body: bytes, name: str):
-    """A part's tree, parsed safely."""
-    return zipdoc.parse_xml(body, name, KIND)
+    texts = {name: parts[name] for name in ("content.xml", "styles.xml") if name in parts}
+    return zipdoc.paragraphs_document(data, texts, KIND, _paragraphs, _rebuild)
 
 
 def _paragraphs(tree, name: str):
@@ -83,16 +62,6 @@ def _paragraphs(tree, name: str):
             _flatten(paragraph, (), (), flat)
             if flat.has_text():
                 yield paragraph, flat
-
-
-def _rewrite(body: bytes, name: str, translations: list[str]) -> bytes:
-    """A part's XML with each paragraph that has text rebuilt from its translation."""
-    tree = _tree(body, name)
-    # Flattened before any is rebuilt: a note's paragraphs sit inside another's atoms.
-    found = list(_paragraphs(tree, name))
-    for (paragraph, flat), translation in zip(found, translations):
-        _rebuild(paragraph, flat, translation)
-    return zipdoc.serialize_xml(tree)
 
 
 def _flatten(element, spans: tuple, links: tuple[int, ...], flat: Flat) -> None:

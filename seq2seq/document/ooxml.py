@@ -80,25 +80,14 @@ def read(data: bytes) -> Document:
             "this Office document has neither word/document.xml nor ppt/presentation.xml: "
             "not a .docx or .pptx"
         )
-    names = [name for name in parts if dialect.parts.fullmatch(name)]
-    segments, counts = [], []
-    for name in names:
-        tree = zipdoc.parse_xml(parts[name], name, KIND)
-        found = [runs.segment(flat) for _, flat in _paragraphs(tree, dialect)]
-        segments.extend(found)
-        counts.append(len(found))
-
-    def rebuild(translations: list[str]) -> bytes:
-        if len(translations) != len(segments):
-            raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
-        replaced, at = {}, 0
-        for name, count in zip(names, counts):
-            if count:
-                replaced[name] = _rewrite(parts[name], name, dialect, translations[at : at + count])
-            at += count
-        return zipdoc.write_package(data, replaced)
-
-    return Document(segments, rebuild)
+    texts = {name: body for name, body in parts.items() if dialect.parts.fullmatch(name)}
+    return zipdoc.paragraphs_document(
+        data,
+        texts,
+        KIND,
+        lambda tree, _: _paragraphs(tree, dialect),
+        lambda paragraph, flat, translation: _rebuild(paragraph, flat, translation, dialect),
+    )
 
 
 def _wanted(name: str) -> bool:
@@ -115,16 +104,6 @@ def _paragraphs(tree, dialect: Dialect):
         _flatten(paragraph, (), flat, dialect)
         if flat.has_text():
             yield paragraph, flat
-
-
-def _rewrite(body: bytes, name: str, dialect: Dialect, translations: list[str]) -> bytes:
-    """A part's XML with each paragraph that has text rebuilt from its translation."""
-    tree = zipdoc.parse_xml(body, name, KIND)
-    # Flattened before any is rebuilt: a text box's paragraphs sit inside another's atoms.
-    found = list(_paragraphs(tree, dialect))
-    for (paragraph, flat), translation in zip(found, translations):
-        _rebuild(paragraph, flat, translation, dialect)
-    return zipdoc.serialize_xml(tree)
 
 
 def _flatten(parent, links: tuple[int, ...], flat: Flat, dialect: Dialect) -> None:

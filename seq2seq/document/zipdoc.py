@@ -8,6 +8,7 @@ decompresses to anything else. XML is parsed with entities unresolved, no networ
 and a part with a DOCTYPE is refused outright. Written back, every part keeps its place, its
 ZipInfo (name, date, attributes, extra field) and its compression method; a part not rewritten
 keeps its content byte for byte (compressed anew: zipfile cannot copy compressed bytes).
+A package's text parts become one document, a segment a paragraph (`paragraphs_document`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,14 @@ from __future__ import annotations
 import io
 import zipfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from lxml import etree
 
+from seq2seq.document import runs
+from seq2seq.document.runs import Flat
+from seq2seq.document.segments import Document
 from seq2seq.errors import UserError
 
 CFB_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
@@ -125,3 +130,40 @@ def serialize_xml(tree: etree._ElementTree) -> bytes:
         encoding=info.encoding or "UTF-8",
         standalone=info.standalone,
     )
+
+
+def paragraphs_document(
+    data: bytes,
+    parts: dict[str, bytes],
+    kind: str,
+    paragraphs: Callable[[etree._ElementTree, str], Iterator[tuple[Any, Flat]]],
+    rebuild: Callable[[Any, Flat, str], None],
+) -> Document:
+    """The paragraphs of `parts` (text parts, in order) as segments, and a rebuild of the
+    package: `paragraphs(tree, name)` yields each paragraph that has text with its content
+    flattened, `rebuild(paragraph, flat, translation)` puts a translation in its place."""
+    segments, counts = [], []
+    for name, body in parts.items():
+        found = [runs.segment(flat) for _, flat in paragraphs(parse_xml(body, name, kind), name)]
+        segments.extend(found)
+        counts.append(len(found))
+
+    def rewrite(name: str, translations: list[str]) -> bytes:
+        tree = parse_xml(parts[name], name, kind)
+        # Flattened before any is rebuilt: a note's or a text box's paragraphs sit inside
+        # another's atoms.
+        for (paragraph, flat), translation in zip(list(paragraphs(tree, name)), translations):
+            rebuild(paragraph, flat, translation)
+        return serialize_xml(tree)
+
+    def rebuild_package(translations: list[str]) -> bytes:
+        if len(translations) != len(segments):
+            raise ValueError(f"{len(segments)} segments, {len(translations)} translations")
+        replaced, at = {}, 0
+        for name, count in zip(parts, counts):
+            if count:
+                replaced[name] = rewrite(name, translations[at : at + count])
+            at += count
+        return write_package(data, replaced)
+
+    return Document(segments, rebuild_package)
