@@ -18,14 +18,15 @@ import re
 import sys
 import threading
 from collections import Counter, OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from seq2seq.decode.term_index import TermIndex, has_word_character, term_key, text_units
+from seq2seq.decode.glossary_files import MAX_TERM_CHARS, TermEntry, checked, entry_of
+from seq2seq.decode.term_index import TermIndex, term_key, text_units
 from seq2seq.errors import UserError
 
 MAX_GLOSSARY_PAIRS = 20_000  # each is a path in the term index, built when the glossary is read
-MAX_TERM_CHARS = 200
 MAX_CONSTRAINTS = 16  # per sentence: each is a bank of the beam and a column of its state
 MAX_TERM_TOKENS = 32
 
@@ -43,6 +44,17 @@ class Glossary:
     targets: dict[tuple[str, ...], str]  # folded source term (its units) → target term
     index: TermIndex = field(repr=False)
     base: Glossary | None = None
+    entries: dict[str, TermEntry] = field(default_factory=dict, repr=False)  # by target term
+
+    def info(self, target: str) -> TermEntry | None:
+        """The entry of a target term (its gender, number, case; this glossary's before its
+        `base`'s), or None when no pair gives that target term."""
+        layer: Glossary | None = self
+        while layer is not None:
+            if target in layer.entries:
+                return layer.entries[target]
+            layer = layer.base
+        return None
 
     def terms_in(self, sentence: str) -> list[str]:
         """The target term of each source term occurrence in `sentence`, in order: a term
@@ -75,41 +87,51 @@ class Glossary:
 
 
 def make_glossary(
-    pairs: list[tuple[str, str]], places: list[str] | None = None, origin: str = "glossary"
+    pairs: Sequence[TermEntry | tuple[str, str]],
+    places: list[str] | None = None,
+    origin: str = "glossary",
 ) -> Glossary:
-    """A glossary from (source, target) pairs; `places` (default `origin[i]`) name each pair
-    in errors."""
+    """A glossary from term entries or (source, target) pairs; `places` (default `origin[i]`)
+    name each in errors."""
     if len(pairs) > MAX_GLOSSARY_PAIRS:
         raise UserError(
             f"{origin}: {len(pairs)} term pairs; at most {MAX_GLOSSARY_PAIRS} are supported"
         )
     places = places or [f"{origin}[{i}]" for i in range(len(pairs))]
     targets: dict[tuple[str, ...], str] = {}
+    entries: dict[str, TermEntry] = {}
     kept: list[tuple[str, str]] = []
-    for where, (source, target) in zip(places, pairs):
-        source, target = " ".join(source.split()), " ".join(target.split())
-        _check_term(source, target, where)
+    for where, item in zip(places, pairs):
+        entry = checked(entry_of(item), where)
+        source, target = entry.source, entry.target
         key = term_key(source)
         if key in targets and targets[key] != target:
             raise UserError(f"{where}: source term {source!r} is already given as {targets[key]!r}")
+        entries[target] = _merged(entries.get(target), entry, where)
         if key not in targets:
             targets[key] = target
             kept.append((source, target))
-    return Glossary(tuple(kept), targets, TermIndex(list(targets)))
+    return Glossary(tuple(kept), targets, TermIndex(list(targets)), entries=entries)
 
 
-def _check_term(source: str, target: str, where: str) -> None:
-    if not source or not target:
-        side = "source" if not source else "target"
-        raise UserError(f"{where}: the {side} term is empty")
-    for side, term in (("source", source), ("target", target)):
-        if len(term) > MAX_TERM_CHARS:
-            raise UserError(f"{where}: the {side} term is over {MAX_TERM_CHARS} characters")
-    if not has_word_character(source):
-        raise UserError(
-            f"{where}: source term {source!r} has no letter or digit; punctuation alone would "
-            "match nearly every sentence"
-        )
+def _merged(known: TermEntry | None, entry: TermEntry, where: str) -> TermEntry:
+    """The entry of a target term given by several pairs: the first, its grammar completed by
+    the later ones; a later one that contradicts it is an error."""
+    if known is None:
+        return entry
+    for name in ("gender", "number"):
+        mine, theirs = getattr(known, name), getattr(entry, name)
+        if mine and theirs and mine != theirs:
+            raise UserError(
+                f"{where}: target term {entry.target!r} has {name} {theirs!r} here and "
+                f"{mine!r} in an earlier pair"
+            )
+    return replace(
+        known,
+        gender=known.gender or entry.gender,
+        number=known.number or entry.number,
+        case_fixed=known.case_fixed or entry.case_fixed,
+    )
 
 
 def read_glossary(path: Path) -> Glossary:
@@ -130,7 +152,7 @@ def read_glossary(path: Path) -> Glossary:
         parts = line.split("\t")
         if len(parts) != 2:
             raise UserError(f"{where}: {len(parts) - 1} tabs; each line has exactly one")
-        _check_term(" ".join(parts[0].split()), " ".join(parts[1].split()), where)
+        checked(TermEntry(parts[0], parts[1]), where)
         pairs.append((parts[0], parts[1]))
         places.append(where)
         if len(pairs) > MAX_GLOSSARY_PAIRS:
@@ -226,9 +248,10 @@ def with_pairs(base: Glossary | None, pairs: list[tuple[str, str]], origin: str)
 
 
 # What a glossary holds beyond its objects' own sizes: per path unit, a slot in each of the
-# index's four lists and a node number; per pair, its tuples, a dict entry and a length.
+# index's four lists and a node number; per pair, its tuples, a dict entry and a length, and
+# its target term's entry with that entry's dict slot.
 _UNIT_BYTES = 4 * 8 + 32
-_PAIR_BYTES = 2 * 56 + 8 * 8
+_PAIR_BYTES = 2 * 56 + 8 * 8 + 2 * 8
 
 
 def glossary_bytes(glossary: Glossary) -> int:
@@ -236,6 +259,7 @@ def glossary_bytes(glossary: Glossary) -> int:
     folded source terms and its index (a node of the index for each unit of a folded term,
     at most, with its table of next units)."""
     size = sys.getsizeof(glossary.targets) + sys.getsizeof(glossary.pairs)
+    size += sys.getsizeof(glossary.entries) + sum(map(sys.getsizeof, glossary.entries.values()))
     for source, target in glossary.pairs:
         size += sys.getsizeof(source) + sys.getsizeof(target) + _PAIR_BYTES
     table = sys.getsizeof({"": 0})  # a node's table of next units, with one or a few
