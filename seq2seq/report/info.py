@@ -12,43 +12,27 @@ from seq2seq.config import load_run_config
 from seq2seq.data.layouts import load_run_tokenizer
 from seq2seq.model.transformer import build_model, count_parameters
 from seq2seq.run.checkpoint import BEST, checkpoint_dir, list_checkpoints
-from seq2seq.run.runlog import METRICS_NAME
+from seq2seq.run.runlog import read_records
 
 
 def best_validation(run_dir: Path) -> dict[str, Any] | None:
     """The validation record with the highest BLEU in the run's metrics log, if any has one."""
-    path = Path(run_dir) / METRICS_NAME
-    if not path.is_file():
-        return None
-    best = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if record.get("split") == "valid" and "bleu" in record:
-            if best is None or record["bleu"] > best["bleu"]:
-                best = record
-    return best
+    scored = [r for r in read_records(run_dir) if r.get("split") == "valid" and "bleu" in r]
+    return max(scored, key=lambda r: r["bleu"], default=None)
 
 
 def final_choice(run_dir: Path) -> dict[str, Any] | None:
     """The last final choice (train.final_choice: beam) in the run's metrics log, if the best
     checkpoint still holds the weights it chose: {step, chosen, bleu} with the chosen one's
     beam BLEU on the whole valid set."""
-    path = Path(run_dir) / METRICS_NAME
-    if not path.is_file():
+    choices = [
+        r
+        for r in read_records(run_dir)
+        if r.get("split") == "final_choice" and r.get("chosen") in r.get("bleu", {})
+    ]
+    if not choices:
         return None
-    last = None
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
-        if record.get("split") == "final_choice" and record.get("chosen") in record.get("bleu", {}):
-            last = record
-    if last is None:
-        return None
+    last = choices[-1]
     # A run resumed and trained on after its final choice may have made a new best since.
     best = checkpoint_dir(run_dir) / f"{BEST}.json"
     if best.is_file() and json.loads(best.read_text(encoding="utf-8"))["step"] > last["step"]:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import sinusoidal_positions
-from seq2seq.run.runlog import METRICS_NAME
+from seq2seq.run.runlog import METRICS_NAME, read_records
 
 
 def _pyplot():
@@ -30,12 +29,7 @@ def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
         raise UserError(
             f"no {METRICS_NAME} in {run_dir}: is it a run directory with training logs?"
         )
-    records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a line cut short by a crash
+    records = read_records(run_dir)
     train = [r for r in records if r.get("split") == "train"]
     valid = [r for r in records if r.get("split") == "valid"]
     if not train and not valid:

@@ -46,16 +46,26 @@ class MetricsLog:
             atomic_write_text(self.path, "")
             return
         keep = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by a crash
+        for record in read_records(self.path.parent):
             # A skipped update's record holds the step before it and its own data position.
             at = (record.get("step", 0), record.get("epoch", -1), record.get("batch_in_epoch", -1))
             if at[0] <= saved_at[0] and ("batch_in_epoch" not in record or at <= saved_at):
-                keep.append(line)
-        atomic_write_text(self.path, "".join(line + "\n" for line in keep))
+                keep.append(record)
+        atomic_write_text(self.path, "".join(json.dumps(record) + "\n" for record in keep))
+
+
+def read_records(run_dir: Path) -> list[dict[str, Any]]:
+    """The records of a run's metrics log, oldest first (none when it has no log)."""
+    path = Path(run_dir) / METRICS_NAME
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line cut short by a crash
+    return records
 
 
 def json_number(x: float) -> float | str:
