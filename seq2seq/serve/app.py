@@ -41,6 +41,7 @@ from seq2seq.serve.batcher import (
 )
 from seq2seq.serve.bodies import native_or_libretranslate
 from seq2seq.serve.deepl import add_routes as add_deepl_routes
+from seq2seq.serve.documents import DocumentLimits, DocumentStore
 from seq2seq.serve.forms import ClientGone, Declined, read_body
 from seq2seq.serve.glossary_store import open_glossaries
 from seq2seq.serve.keys import KeyCheck, presented_key, read_keys, refunding
@@ -80,6 +81,7 @@ class ServeConfig:
     # None: this process's memory only (tests, library use).
     state_dir: Path | None = None
     redis_url: str | None = None  # shared by replicas: what they count together lives there
+    documents: DocumentLimits = field(default_factory=DocumentLimits)  # uploads' size, ttl
 
 
 def translator_decode(translator: Translator):
@@ -236,12 +238,13 @@ def create_app(
     first = Engine(translator, info, cfg.request, state, metrics)
     others = [Engine(t, i, cfg.request, ServerState(), ServerMetrics()) for t, i in extra]
     models = Models([first, *others])
+    documents = DocumentStore(cfg.state_dir, cfg.documents, keys.refund)
     app = FastAPI(
         title="seq2seq",
         version=__version__,
         description=f"Translation server for {info['name']} "
         f"({info['source_language']}→{info['target_language']}).",
-        lifespan=_lifespan(models, cfg.batch, state),
+        lifespan=_lifespan(models, cfg.batch, state, documents),
     )
     app.add_middleware(CountRequests, metrics=metrics)
     _add_error_handler(app)
@@ -249,16 +252,19 @@ def create_app(
     _add_model_routes(app, models)
     app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
-    libre = add_libretranslate_routes(app, models, keys)
+    libre = add_libretranslate_routes(app, models, keys, documents)
     add_deepl_routes(app, models, keys, open_glossaries(cfg.state_dir, cfg.redis_url))
     add_page_route(app)
     _add_translate_route(app, models, cfg.request, keys, libre)
     return app
 
 
-def _lifespan(models: "Models", limits: BatchLimits, state: ServerState):
+def _lifespan(
+    models: "Models", limits: BatchLimits, state: ServerState, documents: DocumentStore
+):
     """The batchers' life (one a model): started with the app, drained and stopped when
-    uvicorn stops."""
+    uvicorn stops; the documents' workers stopped (between chunks) and their files removed
+    before."""
 
     @asynccontextmanager
     async def lifespan(app):
@@ -275,6 +281,7 @@ def _lifespan(models: "Models", limits: BatchLimits, state: ServerState):
             for engine in models.engines:
                 engine.state.draining = True
             state.draining = True
+            await asyncio.to_thread(documents.close)
             for engine in models.engines:
                 await asyncio.to_thread(engine.state.batcher.stop)
 

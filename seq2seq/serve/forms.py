@@ -5,6 +5,7 @@ engine answers them with."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from email.parser import BytesParser
 from email.policy import HTTP
 from urllib.parse import parse_qsl
@@ -88,23 +89,47 @@ def _form_fields(body: bytes) -> dict[str, str | list]:
     return _collect(pairs)
 
 
-def _multipart_fields(body: bytes, content_type: str) -> dict[str, str | list]:
-    # The standard library's MIME parser: multipart forms are rare here (browsers' FormData),
-    # and python-multipart would be one more dependency for them.
+def _multipart_parts(body: bytes, content_type: str):
+    """A multipart form's parts: (name, file name or None, bytes) each."""
+    # The standard library's MIME parser: multipart forms are rare here (browsers' FormData,
+    # document uploads), and python-multipart would be one more dependency for them.
     head = f"Content-Type: {content_type}\r\n\r\n".encode("latin-1", "replace")
     message = BytesParser(policy=HTTP).parsebytes(head + body)
     if not message.is_multipart():
         raise RequestError(400, "body", "malformed multipart form")
-    pairs = []
     for part in message.iter_parts():
         name = part.get_param("name", header="content-disposition")
-        if not name or part.get_filename():
-            continue  # files are not translated here
+        if name:
+            yield str(name), part.get_filename(), part.get_payload(decode=True) or b""
+
+
+def _multipart_fields(body: bytes, content_type: str) -> dict[str, str | list]:
+    return form_with_files(body, content_type)[0]
+
+
+@dataclass(frozen=True)
+class Upload:
+    """A file sent in a multipart form: its file name (as the client gave it) and bytes."""
+
+    filename: str
+    data: bytes
+
+
+def form_with_files(body: bytes, content_type: str) -> tuple[dict[str, str | list], dict]:
+    """The body's fields (as `body_fields` reads them) and, for a multipart form, its files:
+    field name → Upload (the first file of each name)."""
+    if media_type(content_type) != MULTIPART:
+        return body_fields(body, content_type), {}
+    pairs, files = [], {}
+    for name, filename, payload in _multipart_parts(body, content_type):
+        if filename is not None:
+            files.setdefault(name, Upload(str(filename), payload))
+            continue
         try:
-            pairs.append((str(name), (part.get_payload(decode=True) or b"").decode("utf-8")))
+            pairs.append((name, payload.decode("utf-8")))
         except UnicodeDecodeError:
             raise RequestError(400, "body", f"form field {name!r} is not UTF-8") from None
-    return _collect(pairs)
+    return _collect(pairs), files
 
 
 async def read_body(request, limit: int, timeout_s: float) -> bytes:

@@ -1,6 +1,7 @@
 """LibreTranslate's API (v1.9) on `seq2seq serve`, field for field: POST /translate (a body
 with `q`, or any form, which the native route hands on), GET /languages, POST /detect,
-GET /frontend/settings; its errors `{"error": …}` with its codes (400, 403, 429, 500).
+GET /frontend/settings, POST /translate_file and GET /download_file/<name> (documents.py);
+its errors `{"error": …}` with its codes (400, 403, 429, 500).
 
 A request is restated as a native /translate body and goes through the native checks,
 batcher, limits and metrics; `glossary` (term pairs, or TSV lines in a form) is ours."""
@@ -11,7 +12,26 @@ import asyncio
 import json
 
 from seq2seq.serve.bodies import libretranslate_detect
-from seq2seq.serve.forms import ClientGone, body_fields, is_form, read_body, sendable
+from seq2seq.serve.documents import (
+    DONE,
+    DocumentLimits,
+    DocumentStore,
+    Languages,
+    attachment,
+    decoder,
+    extensions,
+    media_type_of,
+    plain,
+    read_upload,
+)
+from seq2seq.serve.forms import (
+    ClientGone,
+    body_fields,
+    form_with_files,
+    is_form,
+    read_body,
+    sendable,
+)
 from seq2seq.serve.glossaries import read_entries
 from seq2seq.serve.keys import KeyCheck, presented_key, refunding
 from seq2seq.serve.langs import detect, language_list, language_name
@@ -19,6 +39,7 @@ from seq2seq.serve.schema import RequestError
 
 MAX_ALTERNATIVES = 3  # LibreTranslate's default --alternatives-limit
 NEED_KEY = "Please contact the server operator to get an API key"
+FORM_OVERHEAD = 64 * 1024  # a multipart body's bytes besides its file: fields, boundaries
 
 
 # Keys of LibreTranslate's body that the native schema forbids: a body with one is not native.
@@ -178,11 +199,16 @@ def answer(req, results, single: bool, language: tuple[str, float] | None) -> di
     return out
 
 
-def add_routes(app, models, keys: KeyCheck):
-    """GET /languages, POST /detect, GET /frontend/settings; returns the handler the native
-    POST /translate hands LibreTranslate's bodies to."""
+def add_routes(app, models, keys: KeyCheck, documents: DocumentStore | None = None):
+    """GET /languages, POST /detect, GET /frontend/settings, POST /translate_file and
+    GET /download_file/<name> (documents kept in `documents`, default: a temporary folder of
+    the system's); returns the handler the native POST /translate hands LibreTranslate's
+    bodies to."""
+    if documents is None:
+        documents = DocumentStore(None, DocumentLimits(), keys.refund)
     _add_info_routes(app, models, keys)
     _add_detect_route(app, models, keys)
+    _add_file_routes(app, models, keys, documents)
     return translate_handler(models, keys)
 
 
@@ -202,8 +228,8 @@ def _add_info_routes(app, models, keys: KeyCheck) -> None:
             "apiKeys": keys.required,
             "keyRequired": keys.required,
             "suggestions": False,
-            "filesTranslation": False,
-            "supportedFilesFormat": [],
+            "filesTranslation": True,
+            "supportedFilesFormat": extensions(),
             "language": {
                 "source": {"code": "auto", "name": "Auto Detect"},
                 "target": {"code": target, "name": language_name(target)},
@@ -262,3 +288,75 @@ def translate_handler(models, keys: KeyCheck):
         return JSONResponse(answer(req, results, single, language))
 
     return translate
+
+
+def file_refusal(e: RequestError):
+    """A document's refusal in LibreTranslate's shape: a format it does not translate is its
+    400 (`Invalid request: file format not supported…`), a file too large a 413."""
+    if e.status == 413:
+        return _error(413, f"Invalid request: {e.message}")
+    if e.status == 415:
+        return _error(400, f"Invalid request: file format not supported: {e.message}")
+    return refusal(e)
+
+
+async def _document_source(models, source: str, target: str, texts: list[str]) -> str:
+    """The source language of a document: `source`, or, when `auto`, the one detected from its
+    first segments."""
+    if source != "auto":
+        return source
+    candidates = sorted({s for s, t in models.pairs if t == target})
+    sample = [plain(t) for t in texts[:50]] or [""]
+    return (await asyncio.to_thread(detected, sample, candidates))[0]
+
+
+def _add_file_routes(app, models, keys: KeyCheck, documents: DocumentStore) -> None:
+    from fastapi import Request  # the optional `serve` extra
+    from fastapi.responses import JSONResponse, Response
+
+    limits, most = models.limits, documents.limits.max_upload_bytes + FORM_OVERHEAD
+
+    @app.post("/translate_file")
+    async def translate_file(request: Request):
+        """LibreTranslate: translate a document (multipart `file`, `source`, `target`,
+        `api_key`); `{"translatedFileUrl": …/download_file/<name>}` once it is done."""
+        try:
+            body = await read_body(request, most, limits.body_timeout_s)
+            ctype = request.headers.get("content-type", "")
+            fields, files = await asyncio.to_thread(form_with_files, body, ctype)
+            key = authorize(keys, request, fields)
+            if "file" not in files:
+                raise RequestError(400, "file", "Invalid request: missing file parameter")
+            source, target = _required(fields, "source"), _required(fields, "target")
+            language_pair(models, source, target)
+            upload = files["file"]
+            read = await asyncio.to_thread(
+                read_upload, upload.filename, upload.data, documents.limits
+            )
+            source = await _document_source(models, source, target, read.texts)
+            engine = models.route(source, target)
+            over = keys.reserve(key, read.characters)  # refunded by the store should it fail
+            if over is not None:
+                raise RequestError(429, "api_key", f"Slowdown: {over}")
+            translate = decoder(engine, Languages(source, target), lambda: documents.stopping)
+            job = await asyncio.to_thread(
+                documents.submit, read, upload.data, upload.filename, key, translate
+            )
+            await asyncio.wrap_future(job.future)
+        except RequestError as e:
+            return file_refusal(e)
+        if job.status != DONE:
+            return _error(500, f"Cannot translate file: {job.error}")
+        url = f"{str(request.base_url).rstrip('/')}/download_file/{job.name}"
+        return JSONResponse({"translatedFileUrl": url})
+
+    @app.get("/download_file/{name}")
+    async def download_file(name: str):
+        """LibreTranslate: a translated document, until it expires (`--document-ttl`)."""
+        job = documents.named(name)
+        data = None if job is None else await asyncio.to_thread(documents.result, job)
+        if data is None:
+            return _error(404, "Invalid filename: no such file, or it has expired")
+        return Response(
+            data, media_type=media_type_of(job.filename), headers=attachment(job.filename)
+        )
