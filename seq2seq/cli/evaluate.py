@@ -97,6 +97,7 @@ def evaluate(
 def _print_report(report: dict[str, Any]) -> None:
     """The scores with their signatures and the length report, as `evaluate` prints them."""
     from seq2seq.decode.evaluate import describe_lengths
+    from seq2seq.decode.term_metrics import describe
 
     print(f"BLEU = {report['bleu']:.2f}  {report['bleu_signature']}")
     print(f"  {report['bleu_detail']}")
@@ -106,6 +107,8 @@ def _print_report(report: dict[str, Any]) -> None:
     if "terminology" in report:
         t = report["terminology"]
         print(f"terms used: {t['used']} of {t['terms']} ({100 * t['rate']:.1f}%)")
+    if "term_metrics" in report:
+        print("\n".join(describe(report["term_metrics"])))
     log.info(
         "%d sentences; hypotheses in %s, report in %s",
         report["sentences"],

@@ -15,6 +15,7 @@ from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 from seq2seq.config import CorpusConfig, DecodeConfig, load_run_config
 from seq2seq.data.corpus import load_corpus, read_lines
 from seq2seq.decode.glossary import Glossary, term_use
+from seq2seq.decode.term_metrics import term_report
 from seq2seq.decode.translator import load_translator
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write_text
@@ -223,7 +224,8 @@ def evaluate(
     shortlist: bool = False,
 ) -> dict[str, Any]:
     """Translate a test set, score it, write hypotheses and a JSON report; compare if asked.
-    With a `glossary` or `constraints` (terms per line) the report has the term use."""
+    With a `glossary` or `constraints` (terms per line) the report has the term use and the
+    term metrics (`term_metrics.term_report`; a `baseline`'s hypotheses as the plain output)."""
     run_dir = Path(run_dir)
     base_report = _read_baseline(baseline) if baseline else None
     sources, references, name, described = _test_set(run_dir, split, src_file, ref_file, hub)
@@ -258,11 +260,30 @@ def evaluate(
     if glossary is not None or constraints is not None:
         terms = constraints or [glossary.terms_in(line) for line in sources]
         report["terminology"] = term_use(hypotheses, terms)
+        report["term_metrics"] = term_report(
+            hypotheses,
+            references,
+            terms,
+            specs=_term_specs(glossary, terms),
+            plains=base_report["hypotheses"] if base_report is not None else None,
+        )
     if base_report is not None:
         report["comparison"] = _comparison(base_report, hypotheses, references, baseline)
     path = Path(report_path) if report_path else out_dir / f"{name}.json"
     _write_report(report, path)
     return report
+
+
+def _term_specs(glossary: Glossary | None, terms: list[list[str]]) -> dict[str, str]:
+    """Each target term's gender and number as its glossary entry gives them ("f pl")."""
+    # Constraints given directly have no entries, nor a glossary built before entries had any.
+    info = getattr(glossary, "info", None)
+    entries = {t: info(t) for line in terms for t in line} if info else {}
+    return {
+        t: f"{e.gender or ''} {e.number or ''}".strip()
+        for t, e in entries.items()
+        if e is not None and (e.gender or e.number)
+    }
 
 
 def _check_constraints(constraints: list[list[str]] | None, sources: list[str]) -> None:
