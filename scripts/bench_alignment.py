@@ -184,6 +184,20 @@ def norm(word: str) -> str:
     return re.sub(r"^\W+|\W+$", "", word.lower())
 
 
+def one_to_one_words(words: list[str], ref_words: list[str], links: set) -> list[tuple[int, int]]:
+    """(source word, reference word) links that are each word's only one, between an alphabetic
+    source word and a reference word with letters: where a tag around the source word has one
+    right place in the reference."""
+    src_count = {i: sum(1 for a, _ in links if a == i) for i, _ in links}
+    tgt_count = {j: sum(1 for _, b in links if b == j) for _, j in links}
+    return [
+        (i, j)
+        for i, j in sorted(links)
+        if src_count[i] == 1 and tgt_count[j] == 1 and i < len(words) and j < len(ref_words)
+        if WORD.match(words[i]) and norm(ref_words[j])
+    ]
+
+
 def tagged_set(args) -> list[dict]:
     """Valid lines with `<b>` and `<i>` around words eflomal aligns one-to-one, and `{x}`."""
     data = args.data
@@ -193,14 +207,7 @@ def tagged_set(args) -> list[dict]:
     items = []
     for line, ref, links in zip(en, fr, inter):
         words, ref_words = line.split(), ref.split()
-        src_count = {i: sum(1 for a, _ in links if a == i) for i, _ in links}
-        tgt_count = {j: sum(1 for _, b in links if b == j) for _, j in links}
-        one_to_one = [
-            (i, j)
-            for i, j in sorted(links)
-            if src_count[i] == 1 and tgt_count[j] == 1 and i < len(words) and j < len(ref_words)
-            if WORD.match(words[i]) and norm(ref_words[j])
-        ]
+        one_to_one = one_to_one_words(words, ref_words, links)
         if len(one_to_one) < 2:
             continue
         (b_i, b_j), (i_i, _) = rng.sample(one_to_one, 2)
