@@ -22,7 +22,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from seq2seq.decode.glossary_files import MAX_TERM_CHARS, TermEntry, checked, entry_of
+from seq2seq.decode.glossary_files import (
+    MAX_TERM_CHARS,
+    TermEntry,
+    checked,
+    entry_of,
+    load_glossary_file,
+)
 from seq2seq.decode.term_index import TermIndex, term_key, text_units
 from seq2seq.errors import UserError
 
@@ -134,30 +140,11 @@ def _merged(known: TermEntry | None, entry: TermEntry, where: str) -> TermEntry:
     )
 
 
-def read_glossary(path: Path) -> Glossary:
-    """A glossary from a TSV file, one `source<TAB>target` pair a line (blank lines and lines
-    starting with `#` skipped); a bad line is an error naming the file and line."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read glossary {path}: {e}") from None
-    pairs: list[tuple[str, str]] = []
-    places: list[str] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        where = f"{path}:{number}"
-        if "\t" not in line:
-            raise UserError(f"{where}: no tab; each line is `source term<TAB>target term`")
-        parts = line.split("\t")
-        if len(parts) != 2:
-            raise UserError(f"{where}: {len(parts) - 1} tabs; each line has exactly one")
-        checked(TermEntry(parts[0], parts[1]), where)
-        pairs.append((parts[0], parts[1]))
-        places.append(where)
-        if len(pairs) > MAX_GLOSSARY_PAIRS:
-            raise UserError(f"{path}: over {MAX_GLOSSARY_PAIRS} term pairs; not supported")
-    return make_glossary(pairs, places, origin=str(path))
+def read_glossary(path: Path, src_lang: str | None = None, tgt_lang: str | None = None) -> Glossary:
+    """A glossary from a file: TSV, CSV or TBX (`glossary_files.load_glossary_file`; `src_lang`,
+    `tgt_lang` pick a TBX file's languages); a bad line is an error naming the file and line."""
+    entries = load_glossary_file(path, src_lang, tgt_lang)
+    return make_glossary(entries, [f"{path}:{e.line}" for e in entries], origin=str(path))
 
 
 def read_constraints(path: Path) -> list[list[str]]:

@@ -1,13 +1,31 @@
 """Glossary entries and the files they come in: one term pair a `TermEntry`, with the target
 term's gender, number and whether its case is fixed where the file gives them; each entry
-checked the same way wherever it comes from (a file, a server's uploaded entries, a request)."""
+checked the same way wherever it comes from (a file, a server's uploaded entries, a request).
+
+Files, by extension: `.csv` comma-separated (the csv module: quotes, commas inside quotes),
+`.tbx` and `.xml` TBX-Basic (ISO 30042: `<martif>` as Weblate, memoQ and Trados export it, or
+`<tbx>`), anything else (`.tsv`, `.txt`) tab-separated. A TSV or CSV file's first row may name
+its columns (`COLUMNS`: source, target, gender, number, case); without one a row is
+`source, target` or DeepL's `source, target, source_lang, target_lang`.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
+import logging
+import re
+import xml.sax
 from dataclasses import dataclass
+from pathlib import Path
+
+import defusedxml.sax
+from defusedxml import DefusedXmlException
 
 from seq2seq.decode.term_index import has_word_character
 from seq2seq.errors import UserError
+
+log = logging.getLogger(__name__)
 
 MAX_TERM_CHARS = 200
 
@@ -73,3 +91,310 @@ def value_of(column: str, given: str | None, values: dict, where: str):
         names = ", ".join(values)
         raise UserError(f"{where}: {column} {given.strip()!r} is not one of {names}")
     return values[folded]
+
+
+# A header row's names, folded (lower case, "_" and "-" as spaces) → the column they name; a
+# None column (DeepL's language columns) and a name not listed (Weblate's "context"...) are
+# read past.
+COLUMNS = {
+    "source": "source",
+    "src": "source",
+    "source term": "source",
+    "target": "target",
+    "tgt": "target",
+    "target term": "target",
+    "gender": "gender",
+    "number": "number",
+    "case": "case",
+    "case fixed": "case",
+    "source lang": None,
+    "target lang": None,
+}
+_LANGUAGE = re.compile(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8})*")
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def load_glossary_file(
+    path: Path, src_lang: str | None = None, tgt_lang: str | None = None
+) -> list[TermEntry]:
+    """The checked entries of a glossary file, its format by extension (see the module
+    docstring); `src_lang`, `tgt_lang` pick a TBX file's two languages (default: the only two
+    it holds). A bad row is one error naming the file and line."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"cannot read glossary {path}: {e}") from None
+    suffix = path.suffix.lower()
+    if suffix in (".tbx", ".xml"):
+        return read_tbx(data, str(path), src_lang, tgt_lang)
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise UserError(f"cannot read glossary {path}: not UTF-8 ({e})") from None
+    kind = "csv" if suffix == ".csv" else "tsv"
+    return read_rows(text, kind, origin=str(path), header=True, comments=True)
+
+
+def read_rows(
+    text: str, kind: str, *, origin: str, header: bool, comments: bool, row: str = ":"
+) -> list[TermEntry]:
+    """The checked entries of TSV or CSV text (`kind`), blank rows skipped; with `header`, a
+    first row naming columns (`COLUMNS`) is read as such; with `comments`, rows starting with
+    `#` are skipped. Errors name `origin` and the line: `{origin}{row}{line}: ...`."""
+    columns: list[str | None] | None = None
+    entries: list[TermEntry] = []
+    first = header  # whether the next row may be a header
+    for line, cells in _rows(text, kind, f"{origin}{row}"):
+        where = f"{origin}{row}{line}"
+        cells = [" ".join(cell.split()) for cell in cells]
+        if not any(cells) or (comments and cells[0].startswith("#")):
+            continue
+        if first:
+            first, columns = False, _header(cells)
+            if columns is not None:
+                continue
+        named = _named(cells, columns, kind, where)
+        case = value_of("case", named.get("case"), CASE_FIXED, where)
+        entry = TermEntry(
+            named.get("source", ""),
+            named.get("target", ""),
+            named.get("gender"),
+            named.get("number"),
+            bool(case),
+            line,
+        )
+        entries.append(checked(entry, where))
+    return entries
+
+
+def _rows(text: str, kind: str, at: str):
+    """Each row's first line number and cells (`at`: errors' prefix before the line)."""
+    if kind == "tsv":
+        for number, line in enumerate(_LINE_BREAK.split(text), 1):
+            yield number, line.split("\t")
+        return
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    start = 1
+    try:
+        for cells in reader:
+            yield start, cells
+            start = reader.line_num + 1
+    except csv.Error as e:
+        raise UserError(f"{at}{reader.line_num}: malformed CSV ({e})") from None
+
+
+def _header(cells: list[str]) -> list[str | None] | None:
+    """The columns a header row names, or None when the row is no header (it names no source
+    and target column); names it does not know are read past, with a warning."""
+    folded = [re.sub(r"[_-]", " ", cell.lower()) for cell in cells]
+    columns = [COLUMNS.get(name) for name in folded]
+    if "source" not in columns or "target" not in columns:
+        return None
+    unknown = [cell for cell, name in zip(cells, folded) if name not in COLUMNS]
+    if unknown:
+        log.warning("glossary columns %s are not read (known: %s)", unknown, ", ".join(COLUMNS))
+    return columns
+
+
+def _named(cells: list[str], columns: list[str | None] | None, kind: str, where: str) -> dict:
+    """A row's cells by column: as the header names them, else source and target (and
+    DeepL's two language columns, read past)."""
+    if columns is not None:
+        if len(cells) > len(columns):
+            raise UserError(f"{where}: {len(cells)} columns; the header row names {len(columns)}")
+        return {name: cell for name, cell in zip(columns, cells) if name}
+    deepl = len(cells) == 4 and all(_LANGUAGE.fullmatch(c) for c in cells[2:])
+    if len(cells) == 2 or deepl:
+        return {"source": cells[0], "target": cells[1]}
+    if kind == "tsv" and len(cells) == 1:
+        raise UserError(f"{where}: no tab; each line is `source term<TAB>target term`")
+    count = f"{len(cells) - 1} tabs" if kind == "tsv" else f"{len(cells)} columns"
+    raise UserError(
+        f"{where}: {count}; a row is a source term and a target term (or DeepL's four columns, "
+        "the last two language codes); other columns need a header row naming them "
+        f"({', '.join(sorted(set(filter(None, COLUMNS.values()))))})"
+    )
+
+
+# TBX's grammatical values beyond those kept ("other", "dual", "mass"): read as none.
+TBX_GENDERS = {**GENDERS, "other": None}
+TBX_NUMBERS = {**NUMBERS, "other": None, "dual": None, "mass": None}
+_CONCEPTS = ("termEntry", "conceptEntry")  # TBX 2 (martif), TBX 3 (tbx)
+_LANGUAGES = ("langSet", "langSec")
+_TERMS = ("tig", "ntig", "termSec")
+
+
+@dataclass
+class TbxTerm:
+    """A term of a TBX file as read: its text, language, line, and the grammar noted on it."""
+
+    lang: str
+    line: int
+    text: str = ""
+    gender: tuple[str, int] | None = None  # the value as written, and its line
+    number: tuple[str, int] | None = None
+    deprecated: bool = False
+
+
+class TbxReader(xml.sax.handler.ContentHandler):
+    """A TBX file's concepts, each its terms in file order (SAX, for the line numbers)."""
+
+    def __init__(self, origin: str):
+        super().__init__()
+        self.origin, self.locator = origin, None
+        self.root_lang: str | None = None
+        self.concepts: list[list[TbxTerm]] = []
+        self.lang: str | None = None
+        self.term: TbxTerm | None = None
+        self.text: list[str] | None = None  # inside <term>
+        self.note: tuple[str, list[str], int] | None = None  # inside a <termNote>
+
+    def setDocumentLocator(self, locator) -> None:  # noqa: N802 (SAX's name)
+        self.locator = locator
+
+    def where(self) -> str:
+        """The file and the line being read."""
+        return f"{self.origin}:{self.locator.getLineNumber() if self.locator else 0}"
+
+    def startElement(self, name: str, attrs) -> None:  # noqa: N802
+        tag, line = name.rpartition(":")[2], self.locator.getLineNumber()
+        if self.root_lang is None:
+            if tag not in ("martif", "tbx"):
+                raise UserError(
+                    f"{self.where()}: not a TBX file: its root element is <{name}>, "
+                    "not <martif> or <tbx>"
+                )
+            self.root_lang = _lang(attrs.get("xml:lang", ""))
+        elif tag in _CONCEPTS:
+            self.concepts.append([])
+        elif tag in _LANGUAGES:
+            self.lang = _lang(attrs.get("xml:lang", ""))
+            if not self.lang:
+                raise UserError(f"{self.where()}: <{name}> without xml:lang")
+        elif tag in _TERMS and self.lang and self.concepts:
+            self.term = TbxTerm(self.lang, line)
+        elif tag == "term" and self.term is not None:
+            self.text, self.term.line = [], line
+        elif tag == "termNote" and self.term is not None:
+            self.note = (attrs.get("type", ""), [], line)
+
+    def characters(self, content: str) -> None:
+        if self.text is not None:
+            self.text.append(content)
+        if self.note is not None:
+            self.note[1].append(content)
+
+    def endElement(self, name: str) -> None:  # noqa: N802
+        tag = name.rpartition(":")[2]
+        if tag == "term" and self.text is not None and self.term is not None:
+            self.term.text, self.text = "".join(self.text), None
+        elif tag == "termNote" and self.note is not None and self.term is not None:
+            kind, text, line = self.note
+            value = " ".join("".join(text).split())
+            if kind == "grammaticalGender":
+                self.term.gender = (value, line)
+            elif kind == "grammaticalNumber":
+                self.term.number = (value, line)
+            elif kind in ("administrativeStatus", "normativeAuthorization"):
+                self.term.deprecated = value.startswith(("deprecated", "superseded"))
+            self.note = None
+        elif tag in _TERMS and self.term is not None:
+            self.concepts[-1].append(self.term)
+            self.term = None
+        elif tag in _LANGUAGES:
+            self.lang = None
+
+
+def _lang(code: str) -> str:
+    """A language code as compared: lower case, "-" between its parts."""
+    return code.strip().lower().replace("_", "-")
+
+
+def read_tbx(
+    data: bytes, origin: str, src_lang: str | None = None, tgt_lang: str | None = None
+) -> list[TermEntry]:
+    """The checked entries of a TBX file: each source-language term of a concept (synonyms
+    and deprecated ones too) → the concept's first target-language term not deprecated,
+    with that term's gender and number."""
+    reader = TbxReader(origin)
+    parser = defusedxml.sax.make_parser()  # entity declarations refused
+    # A DOCTYPE naming an external DTD is allowed (translate-toolkit's TBX, so Weblate's, has
+    # one) and never fetched: no external entity of either kind is read.
+    parser.forbid_external = False
+    parser.setFeature(xml.sax.handler.feature_external_ges, False)
+    parser.setFeature(xml.sax.handler.feature_external_pes, False)
+    parser.setContentHandler(reader)
+    try:
+        parser.parse(io.BytesIO(data))
+    except xml.sax.SAXParseException as e:
+        raise UserError(f"{origin}:{e.getLineNumber()}: not a TBX file: {e.getMessage()}") from None
+    except DefusedXmlException:
+        raise UserError(f"{origin}: a TBX file with entity declarations is refused") from None
+    src, tgt = _languages(reader, src_lang, tgt_lang)
+    entries: list[TermEntry] = []
+    skipped = 0
+    for concept in reader.concepts:
+        sources = [t for t in concept if t.lang in src]
+        target = next((t for t in concept if t.lang in tgt and not t.deprecated), None)
+        if not sources or target is None:
+            skipped += 1
+            continue
+        entries.extend(_tbx_entry(term, target, origin) for term in sources)
+    if skipped:
+        log.warning("%s: %d entries without a term in each language; skipped", origin, skipped)
+    if not entries:
+        raise UserError(
+            f"{origin}: no entry has a term in both {'/'.join(src)} and {'/'.join(tgt)}"
+        )
+    return entries
+
+
+def _tbx_entry(source: TbxTerm, target: TbxTerm, origin: str) -> TermEntry:
+    """One checked entry, each error naming the line of what it is about."""
+    gender = number = None
+    if target.gender is not None:
+        gender = value_of("gender", target.gender[0], TBX_GENDERS, f"{origin}:{target.gender[1]}")
+    if target.number is not None:
+        number = value_of("number", target.number[0], TBX_NUMBERS, f"{origin}:{target.number[1]}")
+    return TermEntry(
+        check_side("source", source.text, f"{origin}:{source.line}"),
+        check_side("target", target.text, f"{origin}:{target.line}"),
+        gender,
+        number,
+        line=source.line,
+    )
+
+
+def _languages(reader: TbxReader, src_lang: str | None, tgt_lang: str | None):
+    """The file's language codes taken as source and as target: those given (exactly, else by
+    their first part: "en" takes "en-US"), else the only two it holds, the source being the
+    file's own xml:lang or else the first written."""
+    held = list(dict.fromkeys(t.lang for concept in reader.concepts for t in concept))
+    src = _matching(held, src_lang, reader.origin) if src_lang else None
+    tgt = _matching(held, tgt_lang, reader.origin) if tgt_lang else None
+    if src is None and tgt is None and len(held) == 2 and reader.root_lang in held:
+        src = {reader.root_lang}
+    rest = [code for code in held if code not in (src or set()) | (tgt or set())]
+    if src is None and len(rest) == (1 if tgt else 2):
+        src = {rest[0]}
+        rest = rest[1:]
+    if tgt is None and len(rest) == 1:
+        tgt = {rest[0]}
+    if src is None or tgt is None:
+        raise UserError(
+            f"{reader.origin}: terms in {len(held)} languages ({', '.join(held) or 'none'}); "
+            "give the source and target languages (--src-lang, --tgt-lang)"
+        )
+    return src, tgt
+
+
+def _matching(held: list[str], wanted: str, origin: str) -> set[str]:
+    """The codes of `held` that are `wanted`: the same code, else the same first part."""
+    code = _lang(wanted)
+    found = {c for c in held if c == code} or {
+        c for c in held if c.split("-")[0] == code.split("-")[0]
+    }
+    if not found:
+        raise UserError(f"{origin}: no terms in {wanted!r}; the file holds {', '.join(held)}")
+    return found
