@@ -14,7 +14,6 @@ Reading a checkpoint never runs code from it: safetensors, or `torch.load(weight
 
 from __future__ import annotations
 
-import logging
 import shutil
 from pathlib import Path
 
@@ -25,7 +24,6 @@ from seq2seq.config import (
     Config,
     DataConfig,
     DecodeConfig,
-    ModelConfig,
     TokenizerConfig,
     load_run_config,
 )
@@ -43,13 +41,13 @@ from seq2seq.data.multilingual import (
 from seq2seq.data.tokenizer import TOKENIZER_DIR, SpecialIds, read_json
 from seq2seq.errors import UserError
 from seq2seq.interop.hf_marian import (
-    ACTIVATIONS,
     Imported,
     _embeddings,
     _layer_table,
     _tensor,
     decode_config,
     load_mapped,
+    model_config,
     read_weights,
     resolve_source,
 )
@@ -61,8 +59,6 @@ from seq2seq.interop.staging import (
 )
 from seq2seq.model.transformer import Transformer, Vocabulary, build_model
 from seq2seq.run.rundir import load_run
-
-log = logging.getLogger(__name__)
 
 SUPPORTED = {"marian": "MarianMTModel", "m2m_100": "M2M100ForConditionalGeneration (M2M100, NLLB)"}
 # Tokenizer files kept beside the run's own, so an export can give them back.
@@ -114,7 +110,15 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
     layout = _layout(folder, tok_json)
     tok_cfg = _tokenizer_config(hf, tok_json, layout, folder)
     tensors = read_weights(folder)
-    model_cfg = _model_config(hf, tok_cfg.pad_id, folder)
+    model_cfg = model_config(
+        hf,
+        folder,
+        activation="relu",
+        scale=True,
+        norm_first=True,
+        positions="fairseq",
+        position_offset=tok_cfg.pad_id + 1,
+    )
     share, tie, src_embed, tgt_embed, output = _embeddings(hf, tensors, folder)
     if src_embed.size(0) != tok_cfg.vocab_size:
         raise UserError(f"{folder}: vocab_size {tok_cfg.vocab_size} but {src_embed.size(0)} rows")
@@ -249,42 +253,6 @@ def _nllb_languages(folder: Path, sp, tok_json: dict) -> dict[str, int]:
         )
         raise UserError(f"{path} does not fit {SPM_FILE}: {what}")
     return languages
-
-
-def _model_config(hf: dict, pad_id: int, folder: Path) -> ModelConfig:
-    def same(a: str, b: str) -> int:
-        if hf.get(a) != hf.get(b):
-            raise UserError(f"{folder}/config.json: {a} ≠ {b} is not supported")
-        return hf[a]
-
-    activation = ACTIVATIONS.get(hf.get("activation_function", "relu"))
-    if activation is None:
-        raise UserError(
-            f"{folder}/config.json: activation_function {hf['activation_function']!r} is not "
-            f"supported (supported: {', '.join(ACTIVATIONS)})"
-        )
-    if hf.get("activation_dropout"):
-        log.warning("activation_dropout %s is not applied", hf["activation_dropout"])
-    try:
-        return ModelConfig(
-            d_model=hf["d_model"],
-            heads=same("encoder_attention_heads", "decoder_attention_heads"),
-            encoder_layers=hf["encoder_layers"],
-            decoder_layers=hf["decoder_layers"],
-            ffn_dim=same("encoder_ffn_dim", "decoder_ffn_dim"),
-            dropout=hf.get("dropout", 0.1),
-            attention_dropout=hf.get("attention_dropout", 0.0),
-            norm_first=True,
-            max_positions=hf.get("max_position_embeddings", 1024),
-            activation=activation,
-            scale_embeddings=bool(hf.get("scale_embedding", True)),
-            positions="fairseq",
-            position_offset=pad_id + 1,
-        )
-    except KeyError as e:
-        raise UserError(f"{folder}/config.json lacks {e}") from None
-    except ValueError as e:
-        raise UserError(f"{folder}/config.json: {e}") from None
 
 
 # ---------------------------------------------------------------------------------- export

@@ -219,7 +219,7 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
     tgt_vocab = marian_vocab(folder / MARIAN_TARGET_VOCAB) if separate else src_vocab
 
     tensors = read_weights(folder)
-    model_cfg = _model_config(hf, folder)
+    model_cfg = model_config(hf, folder, norm_first=False)
     share, tie, src_embed, tgt_embed, output = _embeddings(hf, tensors, folder)
     model_cfg = model_cfg.model_copy(update={"share_embeddings": share, "tie_embeddings": tie})
     bias = tensors.get("final_logits_bias")
@@ -296,7 +296,12 @@ def _tensor(tensors: dict[str, torch.Tensor], name: str, folder: Path) -> torch.
     return tensors[name]
 
 
-def _model_config(hf: dict, folder: Path) -> ModelConfig:
+def model_config(
+    hf: dict, folder: Path, *, activation: str = "gelu", scale: bool = False, **fixed
+) -> ModelConfig:
+    """The ModelConfig of a Marian-family config.json: `activation` and `scale` (embeddings
+    scaled) where it names none, `fixed` what the family fixes (norm_first, positions)."""
+
     def same(a: str, b: str) -> int:
         if hf.get(a) != hf.get(b):
             raise UserError(
@@ -304,7 +309,7 @@ def _model_config(hf: dict, folder: Path) -> ModelConfig:
             )
         return hf[a]
 
-    activation = ACTIVATIONS.get(hf.get("activation_function", "gelu"))
+    activation = ACTIVATIONS.get(hf.get("activation_function", activation))
     if activation is None:
         raise UserError(
             f"{folder}/config.json: activation_function {hf['activation_function']!r} is not "
@@ -324,10 +329,10 @@ def _model_config(hf: dict, folder: Path) -> ModelConfig:
             ffn_dim=same("encoder_ffn_dim", "decoder_ffn_dim"),
             dropout=hf.get("dropout", 0.1),
             attention_dropout=hf.get("attention_dropout", 0.0),
-            norm_first=False,
             max_positions=hf.get("max_position_embeddings", 1024),
             activation=activation,
-            scale_embeddings=bool(hf.get("scale_embedding", False)),
+            scale_embeddings=bool(hf.get("scale_embedding", scale)),
+            **fixed,
         )
     except KeyError as e:
         raise UserError(f"{folder}/config.json lacks {e}") from None
