@@ -265,3 +265,21 @@ def test_deepl_entries_are_read_by_the_same_parser_without_header_or_comments():
     ]
     with pytest.raises(UserError, match="entries row 2: the target term is empty"):
         read_rows("a,b\nc,\n", "csv", origin="entries", header=False, comments=False, row=" row ")
+
+
+@pytest.mark.parametrize(
+    "entries, fmt, message",
+    [
+        ("cat\tchat\ndog\n", "tsv", "no tab; each line is `source term<TAB>target term`"),
+        ("cat,chat\nwow,!!!\n", "csv", "target term '!!!' has no letter or digit"),
+        ("cat,chat\ndog,chien,m,sg\n", "csv", "4 columns; a row is a source term and a target"),
+    ],
+)
+def test_deepl_entries_are_refused_with_a_glossary_files_message(entries, fmt, message):
+    from seq2seq.serve.glossaries import read_entries
+    from seq2seq.serve.schema import RequestError
+
+    with pytest.raises(RequestError) as refused:
+        read_entries(entries, fmt)
+    assert refused.value.status == 400 and refused.value.field == "entries"
+    assert refused.value.message.startswith(f"entries row 2: {message}")

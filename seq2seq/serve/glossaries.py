@@ -1,15 +1,14 @@
 """Glossaries clients upload (DeepL's /v2/glossaries, LibreTranslate's `glossary` field): their
-entries read from TSV or CSV, checked as decoding will check them, and the glossary kept
-(stores: glossary_store.py)."""
+entries read from TSV or CSV by the parser glossary files go through (`decode.glossary_files`),
+checked as decoding will check them, and the glossary kept (stores: glossary_store.py)."""
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from datetime import datetime
 
 from seq2seq.decode.glossary import make_glossary
+from seq2seq.decode.glossary_files import read_rows
 from seq2seq.errors import UserError
 from seq2seq.serve.schema import RequestError
 
@@ -46,31 +45,21 @@ def glossary_entries(
 
 
 def _numbered_entries(text: str, entries_format: str) -> list[tuple[int, tuple[str, str]]]:
-    """Each entry with the number of its row."""
+    """Each entry with the number of its row, read as a glossary file's rows are
+    (`glossary_files.read_rows`: DeepL's rows, no header, no comments)."""
     if entries_format not in ("tsv", "csv"):
         raise RequestError(400, "entries_format", f"entries_format {entries_format!r}: tsv or csv")
-    if entries_format == "tsv":
-        rows = [line.split("\t") for line in text.splitlines()]
-    else:
-        try:
-            rows = list(csv.reader(io.StringIO(text)))
-        except csv.Error as e:
-            raise RequestError(400, "entries", f"entries: malformed CSV ({e})") from None
+    try:
+        rows = read_rows(
+            text, entries_format, origin="entries", header=False, comments=False, row=" row "
+        )
+    except UserError as e:
+        raise RequestError(400, "entries", str(e)) from None
     pairs: dict[str, tuple[int, str]] = {}
-    for number, row in enumerate(rows, 1):
-        if not any(cell.strip() for cell in row):
-            continue
-        cells = [cell.strip() for cell in row]
-        if len(cells) not in (2, 4) or not cells[0] or not cells[1]:
-            raise RequestError(
-                400,
-                "entries",
-                f"entries row {number}: expected a source term and a target term "
-                f"({'a tab' if entries_format == 'tsv' else 'a comma'} between them)",
-            )
-        if cells[0] in pairs:
-            raise RequestError(400, "entries", f"entries row {number}: source term given twice")
-        pairs[cells[0]] = (number, cells[1])
+    for entry in rows:
+        if entry.source in pairs:
+            raise RequestError(400, "entries", f"entries row {entry.line}: source term given twice")
+        pairs[entry.source] = (entry.line, entry.target)
     if not pairs:
         raise RequestError(400, "entries", "entries: no term pairs")
     if len(pairs) > MAX_ENTRIES:
