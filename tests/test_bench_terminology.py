@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from seq2seq.config import DecodeConfig
+from seq2seq.decode import term_metrics
 from seq2seq.decode.glossary import make_glossary
 from tests.factories import tiny_translator
 
@@ -40,20 +41,23 @@ def test_the_glossary_replaces_usual_translations_found_in_the_references(monkey
     monkeypatch.setattr(bench, "MADE_UP_SHARE", 0.0)
     glossary = bench.preferred_glossary(DICTIONARY, SRC, REF)
     # "file" is in one reference only (MIN_HITS is 3); "click" → "cliquez" is no noun.
+    # Each with the gender and number column the repair and the agreement checks read.
     assert glossary == [
-        ("button", "bouton", "bouton-poussoir"),
-        ("window", "fenêtre", "croisée"),
+        ("button", "bouton", "bouton-poussoir", "m sg"),
+        ("window", "fenêtre", "croisée", "f sg"),
     ]
 
 
 def test_a_seeded_share_of_terms_are_made_up_names_the_same_each_run(monkeypatch):
     monkeypatch.setattr(bench, "MADE_UP_SHARE", 1.0)
     first = bench.preferred_glossary(DICTIONARY, SRC, REF, seed=3)
-    assert [t for _, _, t in first] == [
-        t for _, _, t in bench.preferred_glossary(DICTIONARY, SRC, REF, seed=3)
+    assert [t for _, _, t, _ in first] == [
+        t for _, _, t, _ in bench.preferred_glossary(DICTIONARY, SRC, REF, seed=3)
     ]
-    assert all(term in bench.MADE_UP for _, _, term in first)
-    assert len({term for _, _, term in first}) == len(first)
+    assert all(term in bench.MADE_UP for _, _, term, _ in first)
+    assert len({term for _, _, term, _ in first}) == len(first)
+    # A made-up name has its own gender and the number of the word it replaces.
+    assert all(spec == bench.MADE_UP_GENDER[t] + " sg" for _, _, t, spec in first)
 
 
 def test_the_injected_reference_holds_the_term_where_the_usual_translation_was():
@@ -90,7 +94,7 @@ def test_the_injected_reference_holds_the_term_where_the_usual_translation_was()
     ],
 )
 def test_fragments_are_started_terms_left_unfinished(output, term, strict, expected):
-    assert bench.fragments(output, term, strict) == expected
+    assert term_metrics.fragments(output, term, strict) == expected
 
 
 @pytest.mark.parametrize(
@@ -105,7 +109,7 @@ def test_fragments_are_started_terms_left_unfinished(output, term, strict, expec
     ],
 )
 def test_terms_after_the_final_full_stop_are_counted(output, terms, expected):
-    assert bench.after_final_mark(output, terms) == expected
+    assert term_metrics.after_final_mark(output, terms) == expected
 
 
 def test_the_modes_are_parsed_and_checked():
@@ -120,8 +124,9 @@ def test_each_term_mode_is_a_row_and_a_run_without_markers_says_it_constrained(t
     translator = tiny_translator(tmp_path, list(zip(SRC, REF)) * 20, decode)
     glossary = make_glossary([("button", "bouton"), ("window", "fenêtre")])
     rows = [
-        {"src": s, "ref": r, "injected": r, "terms": glossary.terms_in(s)}
-        for s, r in zip(SRC, REF)
+        {"line": i, "src": s, "ref": r, "injected": r, "repaired": r}
+        | {"terms": glossary.terms_in(s)}
+        for i, (s, r) in enumerate(zip(SRC, REF))
         if glossary.terms_in(s)
     ]
     report = bench.score_preferred(translator, rows, set(), glossary, ("constrain", "annotate"))
@@ -130,3 +135,83 @@ def test_each_term_mode_is_a_row_and_a_run_without_markers_says_it_constrained(t
     assert report["modes"]["annotate"]["applied_as"] == "constrain"  # its tokenizer has no <t>
     assert all(r["constrain"] and r["plain"] for r in report["outputs"])
     assert "| annotate (as constrain) | 100.0% |" in bench.table(report)
+    assert report["modes"]["constrain"]["term_success"]["surface"] == 1.0
+    assert report["modes"]["constrain"]["speed_vs_plain"] > 0
+
+
+SPECS = {"montant": "m sg", "montants": "m pl", "Korvalo": "m sg", "intervalle": "m sg"}
+SPECS |= {"plateforme": "f sg", "boîte-dialogue": "f sg", "Orvanta": "f pl"}
+
+
+@pytest.mark.parametrize(
+    ("naive", "repaired"),
+    [
+        ("Entrez la montant.", "Entrez le montant."),
+        ("Ouvrez l'Korvalo.", "Ouvrez le Korvalo."),
+        ("L'Korvalo est prêt.", "Le Korvalo est prêt."),
+        ("la taille de la intervalle", "la taille de l'intervalle"),
+        ("la taille de la montant", "la taille du montant"),
+        ("la taille du plateforme", "la taille de la plateforme"),
+        ("la taille de l'Korvalo", "la taille du Korvalo"),
+        ("passez à la montant", "passez au montant"),
+        ("passez au intervalle", "passez à l'intervalle"),
+        ("cette montant et ce intervalle", "ce montant et cet intervalle"),
+        ("une montant, un plateforme", "un montant, une plateforme"),
+        ("le type d'Korvalo et de intervalle", "le type de Korvalo et d'intervalle"),
+        ("Les montants des Orvanta.", "Les montants des Orvanta."),
+        ("aucune montant dans ma Korvalo", "aucun montant dans mon Korvalo"),
+        ("La boîte-dialogue est fermée.", "La boîte-dialogue est fermée."),
+        ("une seule boîte de boîte-dialogue", "une seule boîte-dialogue"),
+        ("Boîtes de boîte-dialogue du poste", "Boîtes-dialogue du poste"),
+    ],
+)
+def test_the_repaired_reference_makes_the_determiner_agree_with_the_term(naive, repaired):
+    terms = {t: spec for t, spec in SPECS.items() if t in naive}
+    assert bench.repair_reference(naive, terms) == repaired
+
+
+def test_scored_rows_hold_the_naive_and_the_repaired_reference():
+    entries = [("value", "valeur", "montant", "m sg"), ("window", "fenêtre", "croisée", "f sg")]
+    src = ["Enter the value in the window.", "No term here."]
+    ref = ["Entrez la valeur dans la fenêtre.", "Rien ici."]
+    rows, found = bench.scored_rows(bench.glossary_of(entries), entries, src, ref, first=500)
+    assert found == 1
+    assert rows == [
+        {
+            "line": 500,
+            "src": src[0],
+            "ref": ref[0],
+            "injected": "Entrez la montant dans la croisée.",
+            "repaired": "Entrez le montant dans la croisée.",
+            "terms": ["montant", "croisée"],
+        }
+    ]
+
+
+def test_the_repair_is_measured_against_the_hand_checked_lines():
+    rows = [
+        {"line": 1, "injected": "la montant", "repaired": "le montant"},
+        {"line": 2, "injected": "la montant élevée", "repaired": "le montant élevée"},
+        {"line": 3, "injected": "x", "repaired": "x"},
+    ]
+    figures = bench.reference_figures(rows, {1: "le montant", 2: "le montant élevé"})
+    assert figures["checked_lines"] == 2
+    assert figures["changed_by_repair"] == 2
+    assert figures["repair_agrees_with_checked"] == 1
+    assert figures["naive_agrees_with_checked"] == 0
+    assert figures["disagreements"] == [
+        {"line": 2, "repaired": "le montant élevée", "checked": "le montant élevé"}
+    ]
+    assert rows[0]["checked"] == "le montant" and "checked" not in rows[2]
+
+
+def test_the_hand_checked_file_holds_at_least_50_distinct_test_lines():
+    checked = bench.read_checked()
+    assert len(checked) >= 50
+    assert all(500 <= line < 1000 and ref.strip() for line, ref in checked.items())
+
+
+def test_a_term_mode_this_version_does_not_take_is_skipped():
+    assert bench.mode_accepted("constrain")
+    assert not bench.mode_accepted("nonsense")
+    assert bench.term_modes("constrain,place") == ("constrain", "place")
