@@ -11,7 +11,7 @@ import errno
 import json
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,15 +160,7 @@ def remove_debris(run_dir: Path) -> list[Path]:
 def load_weights(model: nn.Module, path: Path) -> None:
     """Load safetensors weights into `model`, explaining any shape or name mismatch."""
     path = Path(path)
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}")
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
-    except Exception as e:  # safetensors raises several types for truncated/corrupt files
-        raise UserError(
-            f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"
-        ) from None
+    shapes = _readable(path, _shapes)
     if is_int8(path):
         raise UserError(INT8_ONLY.format(path=path))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -199,24 +191,38 @@ INT8_ONLY = (
 
 def is_int8(weights: Path) -> bool:
     """Whether a weights file holds int8 weights (`export --format int8`), not float ones."""
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            return (f.metadata() or {}).get(QUANTIZED) == "int8"
-    except Exception:  # unreadable: the loader explains it
-        return False
+    return _metadata(weights).get(QUANTIZED) == "int8"
 
 
 def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The tensors of a weights file, as views of the mapped file (no copy is made here)."""
-    path = Path(path)
+    return _readable(Path(path), load_file)
+
+
+def _readable(path: Path, read: Callable[[str], Any]) -> Any:
+    """`read` of a weights file; UserError when it is missing or not readable."""
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
     try:
-        return load_file(str(path))
-    except Exception as e:  # truncated or not safetensors
+        return read(str(path))
+    except Exception as e:  # safetensors raises several types for truncated/corrupt files
         raise UserError(
             f"{path} is not a readable checkpoint (truncated or corrupt?): {e}"
         ) from None
+
+
+def _shapes(path: str) -> dict[str, tuple[int, ...]]:
+    with safe_open(path, framework="pt") as f:
+        return {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}
+
+
+def _metadata(weights: Path) -> dict[str, str]:
+    """A weights file's metadata; none when it is unreadable (its loader says why)."""
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            return f.metadata() or {}
+    except Exception:
+        return {}
 
 
 def save_int8(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
@@ -229,11 +235,7 @@ def save_int8(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str, 
 def imported_from(weights: Path) -> str | None:
     """Where a checkpoint's weights were imported from (its `imported_from` metadata), if they
     were imported rather than trained."""
-    try:
-        with safe_open(str(weights), framework="pt") as f:
-            return (f.metadata() or {}).get(IMPORTED_FROM)
-    except Exception:  # unreadable: load_weights explains it when the weights are used
-        return None
+    return _metadata(weights).get(IMPORTED_FROM)
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -257,10 +259,7 @@ def average_weights(paths: list[Path]) -> dict[str, torch.Tensor]:
     total: dict[str, torch.Tensor] = {}
     last: dict[str, torch.Tensor] = {}
     for path in paths:
-        try:
-            tensors = load_file(str(path))
-        except Exception as e:  # truncated or not safetensors
-            raise UserError(f"{path} is not a readable checkpoint: {e}") from None
+        tensors = load_tensors(path)
         if total and (
             tensors.keys() != last.keys() or any(tensors[k].shape != last[k].shape for k in last)
         ):
