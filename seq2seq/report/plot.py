@@ -22,6 +22,14 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, out: Path) -> Path:
+    """Lay the figure out, write it to `out` and free it."""
+    fig.tight_layout()
+    fig.savefig(Path(out))
+    plt.close(fig)
+    return Path(out)
+
+
 def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
     """The run's train and valid records, in order."""
     path = Path(run_dir) / METRICS_NAME
@@ -68,11 +76,7 @@ def plot_curves(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
     for ax in (ax_loss, ax_bleu, ax_lr):
         ax.grid(alpha=0.3)
     fig.suptitle(Path(run_dir).resolve().name)
-    fig.tight_layout()
-    out = Path(out) if out else Path(run_dir) / "curves.png"
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out or Path(run_dir) / "curves.png")
 
 
 def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 100) -> Path:
@@ -91,11 +95,7 @@ def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 10
         ylabel="position",
     )
     fig.colorbar(image, ax=ax)
-    fig.tight_layout()
-    out = Path(out)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
 
 
 def attention_cell_inches(n_src: int, n_out: int) -> float:
@@ -137,8 +137,4 @@ def plot_attention(
             ax.set_yticks(range(len(out_pieces)))
             ax.set_yticklabels(out_pieces if col == 0 else [], fontsize=size)
     fig.suptitle("decoder cross-attention (§3.2): output pieces ↓, source pieces →")
-    fig.tight_layout()
-    out = Path(out)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, out)
