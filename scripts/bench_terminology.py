@@ -276,6 +276,8 @@ _BEFORE = re.compile(
 def determiner(kind: str, gender: str | None, number: str | None, vowel: bool) -> str:
     """The form of a determiner `kind` (FORMS) before a term of this gender, number and start."""
     m, f, m_vowel, f_vowel, m_pl, f_pl = FORMS[kind]
+    if kind in ("prep", "que"):  # no gender, no number: elided or not ("d'informations")
+        return m_vowel if vowel else m
     if number == "pl":
         return f_pl if gender == "f" else m_pl
     if vowel:

@@ -140,7 +140,7 @@ def test_each_term_mode_is_a_row_and_a_run_without_markers_says_it_constrained(t
 
 
 SPECS = {"montant": "m sg", "montants": "m pl", "Korvalo": "m sg", "intervalle": "m sg"}
-SPECS |= {"plateforme": "f sg", "boîte-dialogue": "f sg", "Orvanta": "f pl"}
+SPECS |= {"plateforme": "f sg", "boîte-dialogue": "f sg", "Orvanta": "f pl", "informations": "f pl"}
 
 
 @pytest.mark.parametrize(
@@ -162,6 +162,7 @@ SPECS |= {"plateforme": "f sg", "boîte-dialogue": "f sg", "Orvanta": "f pl"}
         ("aucune montant dans ma Korvalo", "aucun montant dans mon Korvalo"),
         ("La boîte-dialogue est fermée.", "La boîte-dialogue est fermée."),
         ("une seule boîte de boîte-dialogue", "une seule boîte-dialogue"),
+        ("une base de informations", "une base d'informations"),
         ("Boîtes de boîte-dialogue du poste", "Boîtes-dialogue du poste"),
     ],
 )
