@@ -118,6 +118,36 @@ def test_a_failed_document_gives_its_characters_back_and_says_why(tmp_path):
     store.close()
 
 
+def test_document_segments_are_decoded_through_the_batcher_as_the_document_group(
+    tmp_path, demo_pairs
+):
+    from types import SimpleNamespace
+
+    from seq2seq.config import DecodeConfig
+    from seq2seq.serve.batcher import Batcher
+    from seq2seq.serve.documents import Languages, decoder
+    from seq2seq.serve.schema import RequestLimits
+    from tests.factories import tiny_translator
+
+    translator = tiny_translator(tmp_path, demo_pairs[:200], DecodeConfig(beam_size=1))
+    groups = []
+    batcher = Batcher(
+        lambda lines, options, wanted: [[(f"T{len(s.segments)}", 0.0)] for s in lines],
+        on_batch=lambda report: groups.append(report.group),
+    ).start()
+    engine = SimpleNamespace(
+        translator=translator, limits=RequestLimits(), state=SimpleNamespace(batcher=batcher)
+    )
+    store = DocumentStore(tmp_path, DocumentLimits(), lambda k, n: None)
+    translate = decoder(engine, Languages(), lambda: False)
+    read = read_upload("a.txt", TEXT, DocumentLimits())
+    job = store.submit(read, TEXT, "a.txt", None, translate).future.result(30)
+    assert job.status == DONE and store.result(job) == b"T1\n\nT1\n"
+    assert groups and set(groups) == {"document"} and job.done == 2
+    store.close()
+    batcher.stop()
+
+
 # A server
 
 
@@ -206,3 +236,96 @@ def test_a_translated_file_is_gone_after_its_time(run, tmp_path):
     finally:
         s.stop()
     assert not list((tmp_path / "state" / "documents").iterdir())  # removed when it stopped
+
+
+# DeepL
+
+
+@pytest.fixture
+def quick_polls(monkeypatch):
+    """The deepl client polls a document's status every 5 s: here, every 50 ms."""
+    import deepl.translator
+
+    real = time.sleep
+    monkeypatch.setattr(deepl.translator.time, "sleep", lambda s: real(min(s, 0.05)))
+
+
+def _deepl(server, key: str = KEY):
+    import deepl
+
+    return deepl.Translator(key, server_url=server.url)
+
+
+@pytest.mark.slow
+def test_the_deepl_client_translates_a_word_document_and_a_text_file(server, quick_polls, tmp_path):
+    translator = _deepl(server)
+    docx, txt = tmp_path / "notes.docx", tmp_path / "a.txt"
+    docx.write_bytes(_docx("I have two cats.", "The house is big."))
+    txt.write_bytes(TEXT)
+    status = translator.translate_document_from_filepath(
+        docx, tmp_path / "notes.fr.docx", target_lang="FR", source_lang="EN"
+    )
+    expected = len("I have two cats. Bold words.") + len("The house is big. Bold words.")
+    assert status.done and status.billed_characters == expected
+    paragraphs = WordDocument(tmp_path / "notes.fr.docx").paragraphs
+    assert len(paragraphs) == 2 and all(any(r.bold for r in p.runs) for p in paragraphs)
+    out = io.BytesIO()
+    with open(txt, "rb") as f:  # a file object: the client sends its name
+        translator.translate_document(f, out, target_lang="FR")
+    lines = out.getvalue().decode().split("\n")
+    assert len(lines) == 4 and lines[1] == "" and lines[0] and lines[2]  # paragraphs kept
+
+
+@pytest.mark.slow
+def test_deepl_documents_refuse_bad_requests_in_its_own_shape(server):
+    import deepl
+
+    c = server.client
+    auth = {"Authorization": f"DeepL-Auth-Key {KEY}"}
+
+    def upload(name, data, key=KEY, **fields):
+        headers = {"Authorization": f"DeepL-Auth-Key {key}"}
+        form = {"target_lang": "FR", **fields}
+        return c.post("/v2/document", data=form, files={"file": (name, data)}, headers=headers)
+
+    assert upload("a.txt", TEXT, key="nope").status_code == 403
+    pdf = upload("a.pdf", b"%PDF-1.4")
+    assert pdf.status_code == 415 and ".docx" in pdf.json()["message"]
+    assert upload("a.txt", b"cats " * 20_000).status_code == 413
+    assert upload("a.docx", b"PK\x03\x04 broken").status_code == 400
+    quota = upload("a.txt", TEXT, key=METERED)
+    assert quota.status_code == 456 and "message" in quota.json()
+    with pytest.raises(deepl.QuotaExceededException):
+        _deepl(server, METERED).translate_document_upload(TEXT, target_lang="FR", filename="a.txt")
+    handle = upload("a.txt", TEXT).json()
+    unknown = c.post(
+        "/v2/document/NOPE", json={"document_key": handle["document_key"]}, headers=auth
+    )
+    assert unknown.status_code == 404 and unknown.json() == {"message": "Document not found."}
+    wrong = c.post(
+        f"/v2/document/{handle['document_id']}", json={"document_key": "x"}, headers=auth
+    )
+    assert wrong.status_code == 404
+
+
+@pytest.mark.slow
+def test_a_deepl_document_is_gone_after_its_time(run, tmp_path):
+    s = _start(run, tmp_path, documents=DocumentLimits(ttl_s=0.3))
+    try:
+        auth = {"Authorization": f"DeepL-Auth-Key {KEY}"}
+        form, files = {"target_lang": "FR"}, {"file": ("a.txt", TEXT)}
+        handle = s.client.post("/v2/document", data=form, files=files, headers=auth).json()
+        where, key = (
+            f"/v2/document/{handle['document_id']}",
+            {"document_key": handle["document_key"]},
+        )
+        deadline = time.monotonic() + 30
+        while (status := s.client.post(where, json=key, headers=auth).json())["status"] != DONE:
+            assert status["status"] in ("queued", "translating") and time.monotonic() < deadline
+            time.sleep(0.02)
+        assert s.client.post(where + "/result", json=key, headers=auth).content
+        time.sleep(0.5)
+        assert s.client.post(where, json=key, headers=auth).status_code == 404
+        assert s.client.post(where + "/result", json=key, headers=auth).status_code == 404
+    finally:
+        s.stop()

@@ -61,6 +61,18 @@ BodyTimeout = Annotated[
     float,
     typer.Option(min=0.001, help="Seconds to receive a request's body; past it, 408."),
 ]
+DocumentTtl = Annotated[
+    float,
+    typer.Option(
+        min=1,
+        help="Seconds a translated document (/translate_file, /v2/document) is kept after it "
+        "is done; then it is removed and its links answer 404.",
+    ),
+]
+MaxUploadMb = Annotated[
+    float,
+    typer.Option(min=0.001, help="Megabytes of one uploaded document; beyond, 413."),
+]
 Threads = Annotated[
     int | None, typer.Option(min=1, help="CPU threads for decoding (default: all cores).")
 ]
@@ -96,6 +108,8 @@ def serve(
     max_beam_size: MaxBeamSize = 16,
     request_timeout: RequestTimeout = 60.0,
     body_timeout: BodyTimeout = 30.0,
+    document_ttl: DocumentTtl = 3600.0,
+    max_upload_mb: MaxUploadMb = 10.0,
     threads: Threads = None,
     api_keys: Annotated[
         Path | None,
@@ -112,7 +126,8 @@ def serve(
         typer.Option(
             "--state-dir",
             help="Folder where what clients made outlives a restart (each key's character "
-            "usage, DeepL glossaries), one SQLite file each; created on start. Default: "
+            "usage, DeepL glossaries), one SQLite file each, and documents until they expire; "
+            "created on start. Default: "
             "$XDG_STATE_HOME/seq2seq/serve (~/.local/state/seq2seq/serve).",
         ),
     ] = None,
@@ -138,6 +153,7 @@ def serve(
     """
     from seq2seq.serve import BatchLimits, RequestLimits, ServeConfig
     from seq2seq.serve import serve as run_server
+    from seq2seq.serve.documents import DocumentLimits
     from seq2seq.serve.server import default_state_dir
 
     if no_batching:  # one request a batch, at once
@@ -165,6 +181,9 @@ def serve(
         api_keys=api_keys,
         state_dir=state_dir or default_state_dir(),
         redis_url=redis_url,
+        documents=DocumentLimits(
+            max_upload_bytes=int(max_upload_mb * 2**20), ttl_s=document_ttl
+        ),
     )
     run_server(
         run[0],

@@ -253,7 +253,9 @@ def create_app(
     app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
     libre = add_libretranslate_routes(app, models, keys, documents)
-    add_deepl_routes(app, models, keys, open_glossaries(cfg.state_dir, cfg.redis_url))
+    add_deepl_routes(
+        app, models, keys, open_glossaries(cfg.state_dir, cfg.redis_url), documents
+    )
     add_page_route(app)
     _add_translate_route(app, models, cfg.request, keys, libre)
     return app

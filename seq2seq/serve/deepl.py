@@ -1,14 +1,38 @@
 """DeepL's API v2 on `seq2seq serve`: POST /v2/translate, GET /v2/languages,
 GET /v2/glossary-language-pairs, POST/GET/DELETE /v2/glossaries (entries onto the terminology
-path), the `Authorization: DeepL-Auth-Key …` header, errors `{"message": …}`, 413 above
-128 KiB. A request is restated as a native /translate body (see libretranslate.py)."""
+path), POST /v2/document with its status and result (documents.py), the
+`Authorization: DeepL-Auth-Key …` header, errors `{"message": …}`, 413 above 128 KiB (a
+document: above the upload limit). A request is restated as a native /translate body (see
+libretranslate.py)."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
 
 import asyncio
 
+from seq2seq.decode.glossary import with_pairs
+from seq2seq.errors import UserError
 from seq2seq.serve.bodies import deepl_glossary, deepl_languages, deepl_translate, deepl_usage
-from seq2seq.serve.forms import ClientGone, body_fields, lone_surrogate, read_body, sendable
+from seq2seq.serve.documents import (
+    DONE,
+    ERROR,
+    DocumentLimits,
+    DocumentStore,
+    Job,
+    Languages,
+    attachment,
+    decoder,
+    media_type_of,
+    plain,
+    read_upload,
+)
+from seq2seq.serve.forms import (
+    ClientGone,
+    body_fields,
+    form_with_files,
+    lone_surrogate,
+    read_body,
+    sendable,
+)
 from seq2seq.serve.glossaries import glossary_entries
 from seq2seq.serve.glossary_store import GlossaryStore, MemoryGlossaries
 from seq2seq.serve.keys import KeyCheck, presented_key, refunding
@@ -16,6 +40,7 @@ from seq2seq.serve.langs import detect, language_name
 from seq2seq.serve.schema import RequestError
 
 MAX_BODY = 128 * 1024  # DeepL's request size limit
+FORM_OVERHEAD = 64 * 1024  # a document upload's bytes besides its file: fields, boundaries
 SPLIT = {"0": False, "1": True, "nonewlines": True}
 TAGS = {"xml": "xml", "html": "html"}
 
@@ -152,9 +177,19 @@ def native_body(engine, fields: dict, source: str, target: str, glossary: list |
     return body, ({} if split else {"split_sentences": False})
 
 
-def add_routes(app, models, keys: KeyCheck, store: GlossaryStore | None = None) -> None:
-    """DeepL's v2 routes; glossaries kept in `store` (default: this process's memory)."""
+def add_routes(
+    app,
+    models,
+    keys: KeyCheck,
+    store: GlossaryStore | None = None,
+    documents: DocumentStore | None = None,
+) -> None:
+    """DeepL's v2 routes; glossaries kept in `store` (default: this process's memory),
+    documents in `documents` (default: a temporary folder of the system's)."""
     store = MemoryGlossaries() if store is None else store
+    if documents is None:
+        documents = DocumentStore(None, DocumentLimits(), keys.refund)
+    _add_document_routes(app, models, keys, store, documents)
     _add_translate_route(app, models, keys, store)
     _add_language_routes(app, models, keys)
     _add_glossary_routes(app, models, keys, store)
@@ -333,3 +368,116 @@ def _add_glossary_routes(app, models, keys: KeyCheck, store: GlossaryStore) -> N
         except RequestError as e:
             return refusal(e)
         return Response(status_code=204)
+
+
+def document_refusal(e: RequestError):
+    """A document's refusal in DeepL's shape: a format not translated is a 415."""
+    return _message(415, e.message) if e.status == 415 else refusal(e)
+
+
+def _document_glossary(engine, entries: list | None):
+    """The glossary a document decodes with: the server's, with the glossary_id's entries."""
+    if entries is None:
+        return engine.translator.glossary
+    if engine.glossary_refusal:
+        raise RequestError(400, "glossary_id", engine.glossary_refusal)
+    try:
+        return with_pairs(engine.translator.glossary, entries, origin="glossary_id")
+    except UserError as e:
+        raise RequestError(400, "glossary_id", str(e)) from None
+
+
+async def _uploaded(request, models, keys: KeyCheck, store, documents: DocumentStore) -> Job:
+    """A POST /v2/document read, checked, charged to its key and queued."""
+    most = documents.limits.max_upload_bytes + FORM_OVERHEAD
+    body = await read_body(request, most, models.limits.body_timeout_s)
+    ctype = request.headers.get("content-type", "")
+    fields, files = await asyncio.to_thread(form_with_files, body, ctype)
+    key = authorize(keys, request, fields)
+    source, target = _languages(models, fields)
+    if "file" not in files:
+        raise RequestError(400, "file", "Parameter 'file' not specified.")
+    upload = files["file"]
+    given = fields.get("filename")
+    filename = given if isinstance(given, str) and given else upload.filename
+    read = await asyncio.to_thread(read_upload, filename, upload.data, documents.limits)
+    entries = await _glossary(store, owner(keys, key), fields, source, target)
+    if source is None:
+        candidates = sorted({s for s, t in models.pairs if t == target})
+        sample = [plain(t) for t in read.texts[:50]] or [""]
+        found = await asyncio.to_thread(detect, sample, candidates)
+        source = max(found, key=lambda f: f[1])[0]
+    engine = models.route(source, target)
+    languages = Languages(source, target, _document_glossary(engine, entries))
+    over = keys.reserve(key, read.characters)  # given back by the store should it fail
+    if over is not None:
+        raise RequestError(456, "auth_key", f"Quota exceeded. {over}")
+    translate = decoder(engine, languages, lambda: documents.stopping)
+    return await asyncio.to_thread(documents.submit, read, upload.data, filename, key, translate)
+
+
+def status_of(job: Job, now: float) -> dict:
+    """DeepL's document status: `{document_id, status}`, with `seconds_remaining` while it is
+    translated, `billed_characters` once done, `error_message` should it fail."""
+    out: dict = {"document_id": job.id, "status": job.status}
+    remaining = job.seconds_remaining(now)
+    if remaining is not None:
+        out["seconds_remaining"] = remaining
+    if job.status == DONE:
+        out["billed_characters"] = job.read.characters
+    if job.status == ERROR:
+        out["error_message"] = job.error
+    return out
+
+
+def _add_document_routes(app, models, keys: KeyCheck, store, documents: DocumentStore) -> None:
+    from fastapi import Request  # the optional `serve` extra
+    from fastapi.responses import Response
+
+    @app.post("/v2/document")
+    async def upload(request: Request):
+        """DeepL: a document to translate (multipart `file`, `target_lang`, `source_lang`,
+        `glossary_id`, `filename`); `{document_id, document_key}`."""
+        try:
+            job = await _uploaded(request, models, keys, store, documents)
+        except RequestError as e:
+            return document_refusal(e)
+        return {"document_id": job.id, "document_key": job.key}
+
+    async def found(request, document_id: str) -> Job:
+        body = await read_body(request, MAX_BODY, models.limits.body_timeout_s)
+        fields = body_fields(body, request.headers.get("content-type", ""))
+        authorize(keys, request, fields)
+        secret = fields.get("document_key")
+        if not isinstance(secret, str) or not secret:
+            raise RequestError(400, "document_key", "Parameter 'document_key' not specified.")
+        job = documents.find(document_id, secret)
+        if job is None:  # unknown, expired, or not this key: alike to the caller
+            raise RequestError(404, "document_id", "Document not found.")
+        return job
+
+    @app.post("/v2/document/{document_id}")
+    async def status(request: Request, document_id: str):
+        """DeepL: a document's status (`document_key` in the body)."""
+        try:
+            job = await found(request, document_id)
+        except RequestError as e:
+            return refusal(e)
+        return status_of(job, documents.clock())
+
+    @app.post("/v2/document/{document_id}/result")
+    async def result(request: Request, document_id: str):
+        """DeepL: the translated document (`document_key` in the body), once done."""
+        try:
+            job = await found(request, document_id)
+            if job.status == ERROR:
+                raise RequestError(400, "document_id", f"Translation failed: {job.error}")
+            data = await asyncio.to_thread(documents.result, job)
+        except RequestError as e:
+            return refusal(e)
+        if job.status != DONE:
+            return _message(503, "Document not ready.")
+        if data is None:
+            return _message(404, "Document not found.")
+        media = media_type_of(job.filename)
+        return Response(data, media_type=media, headers=attachment(job.filename))

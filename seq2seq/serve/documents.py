@@ -103,8 +103,10 @@ def read_upload(filename: str, data: bytes, limits: DocumentLimits) -> Read:
         raise RequestError(413, "file", f"the file is over the upload limit ({mb:g} MB)")
     ext = Path(safe_name(filename)).suffix.lower()
     if ext not in extensions():
-        what = f"{REFUSED[ext]} files ({ext}) are" if ext in REFUSED else f"{ext or 'no'} files are"
-        raise RequestError(415, "file", f"{what} not translated; supported formats: {supported()}")
+        what = f"{REFUSED[ext]} files ({ext}) are" if ext in REFUSED else f"{ext} files are"
+        what = what if ext else "files without an extension are"
+        message = f"{what} not translated; supported formats: {supported()}"
+        raise RequestError(415, "file", message)
     fmt = format_of(Path(safe_name(filename)))
     try:
         document = reader(fmt)(data)
