@@ -283,3 +283,49 @@ def test_deepl_entries_are_refused_with_a_glossary_files_message(entries, fmt, m
         read_entries(entries, fmt)
     assert refused.value.status == 400 and refused.value.field == "entries"
     assert refused.value.message.startswith(f"entries row 2: {message}")
+
+
+def _translate(*args: str):
+    from typer.testing import CliRunner
+
+    from seq2seq.cli.app import app
+
+    return CliRunner().invoke(app, ["--quiet", "translate", *args], input="The umbrella is blue.\n")
+
+
+# The tiny run's terms (tests/test_terminology.py) in a TBX file of three languages, with a
+# target term the run's vocabulary cannot spell.
+TINY_TBX = """<?xml version="1.0" encoding="UTF-8"?>
+<martif type="TBX" xml:lang="en"><text><body>
+<termEntry><langSet xml:lang="en"><tig><term>umbrella</term></tig></langSet>
+<langSet xml:lang="de"><tig><term>Schirm</term></tig></langSet>
+<langSet xml:lang="fr"><tig><term>parapluie</term>
+<termNote type="grammaticalGender">masculine</termNote></tig></langSet></termEntry>
+<termEntry><langSet xml:lang="en"><tig><term>blue</term></tig></langSet>
+<langSet xml:lang="fr"><tig><term>猫咪</term></tig></langSet></termEntry>
+</body></text></martif>
+"""
+
+
+@pytest.mark.slow
+def test_translate_takes_a_tbx_glossary_and_goes_on_past_a_term_it_cannot_spell(
+    trained_tiny_run, tmp_path
+):
+    path = tmp_path / "terms.tbx"
+    path.write_text(TINY_TBX, encoding="utf-8")
+    run, languages = str(trained_tiny_run), ["--src-lang", "en", "--tgt-lang", "fr"]
+    result = _translate("--run", run, "--glossary", str(path), *languages)
+    assert result.exit_code == 0, result.output
+    (line,) = result.stdout.splitlines()
+    assert line.count("parapluie") == 1 and "猫咪" not in line
+    warned = "input line 1: glossary term '猫咪' has pieces the model cannot output; skipped"
+    assert warned in result.output
+
+
+@pytest.mark.slow
+def test_translate_with_a_file_that_is_not_tbx_stops_naming_its_line(trained_tiny_run, tmp_path):
+    path = tmp_path / "terms.tbx"
+    path.write_text("umbrella\tparapluie\n", encoding="utf-8")
+    result = _translate("--run", str(trained_tiny_run), "--glossary", str(path))
+    assert result.exit_code == 1
+    assert f"{path}:1: not a TBX file" in result.output

@@ -117,7 +117,9 @@ class DecodeOptions:
         if self.glossary is not None and self.constraints is not None:
             raise UserError("give --glossary or --constraints, not both")
         return (
-            read_glossary(self.glossary) if self.glossary is not None else None,
+            read_glossary(self.glossary, self.src_lang, self.tgt_lang)
+            if self.glossary is not None
+            else None,
             read_constraints(self.constraints) if self.constraints is not None else None,
         )
 

@@ -88,7 +88,7 @@ def translate_file(
 
     fmt = format_of(source, fmt)  # a bad extension is refused before the model loads
     decode = decode_settings(run, beam_size=beam_size, batch_size=batch_size)
-    terms = read_glossary(glossary) if glossary is not None else None
+    terms = read_glossary(glossary, src_lang, tgt_lang) if glossary is not None else None
     translator, _ = load_translator(
         run, checkpoint, device, decode=decode, glossary=terms, src_lang=src_lang, tgt_lang=tgt_lang
     )
