@@ -16,6 +16,7 @@ import re
 from html.parser import HTMLParser
 
 from seq2seq.document.inline import Pieces, decode, encode
+from seq2seq.document.plaintext import splice
 from seq2seq.document.segments import Document
 
 INLINE = frozenset(
@@ -228,11 +229,7 @@ class _Page:
                     ),
                 )
             )
-        out, at = [], 0
-        for start, end, text in sorted(edits):
-            out += [self.source[at:start], text]
-            at = end
-        return "".join(out) + self.source[at:]
+        return splice(self.source, sorted(edits))
 
     def _covered(self, start: int, end: int) -> bool:
         """Whether an attribute value sits inside a block segment (written with its tag)."""
@@ -243,8 +240,6 @@ class _Page:
     def _tag_text(self, payload, values: dict) -> str:
         """A tag's source text with its translated attribute values."""
         event, start, end = payload
-        out, at = [], start
-        for a, b, _ in self.attributes.get(event, []) if event is not None else []:
-            out += [self.source[at:a], values[(a, b)]]
-            at = b
-        return "".join(out) + self.source[at:end]
+        found = self.attributes.get(event, []) if event is not None else []
+        edits = [(a - start, b - start, values[(a, b)]) for a, b, _ in found]
+        return splice(self.source[start:end], edits)

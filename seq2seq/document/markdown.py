@@ -15,7 +15,7 @@ import re
 from markdown_it import MarkdownIt
 
 from seq2seq.document.inline import Pieces, decode, encode
-from seq2seq.document.plaintext import decode_text
+from seq2seq.document.plaintext import decode_text, splice
 from seq2seq.document.segments import Document
 
 INLINE = re.compile(
@@ -55,13 +55,12 @@ def read(data: bytes) -> Document:
     found = [_segment(text) for text in texts]
 
     def rebuild(translations: list[str]) -> bytes:
-        out, at = [], 0
-        for (a, b), (segment, codes), t in zip(ranges, found, translations):
-            if t != segment:
-                out += [source[at:a], "".join(v for _, v in decode(t, codes))]
-                at = b
-        out.append(source[at:])
-        return "".join(out).encode("utf-8")
+        edits = [
+            (a, b, "".join(v for _, v in decode(t, codes)))
+            for (a, b), (segment, codes), t in zip(ranges, found, translations)
+            if t != segment
+        ]
+        return splice(source, edits).encode("utf-8")
 
     return Document([segment for segment, _ in found], rebuild)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Iterable
 
 from seq2seq.document.segments import Document
 from seq2seq.errors import UserError
@@ -28,12 +29,17 @@ def read(data: bytes) -> Document:
     segments = [html.escape(" ".join(m.group(0).strip(BOM).split()), quote=False) for m in found]
 
     def rebuild(translations: list[str]) -> bytes:
-        out, at = [], 0
-        for m, t in zip(found, translations):
-            start = m.start() + (1 if m.group(0).startswith(BOM) else 0)
-            out += [text[at:start], html.unescape(t)]
-            at = m.end()
-        out.append(text[at:])
-        return "".join(out).encode("utf-8")
+        starts = [m.start() + m.group(0).startswith(BOM) for m in found]
+        edits = zip(starts, (m.end() for m in found), map(html.unescape, translations))
+        return splice(text, edits).encode("utf-8")
 
     return Document(segments, rebuild)
+
+
+def splice(text: str, edits: Iterable[tuple[int, int, str]]) -> str:
+    """`text` with each range (start, end), in order and apart, replaced by the text given."""
+    out, at = [], 0
+    for start, end, new in edits:
+        out += [text[at:start], new]
+        at = end
+    return "".join(out) + text[at:]

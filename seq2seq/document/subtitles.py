@@ -13,7 +13,7 @@ import html
 import re
 
 from seq2seq.document.inline import Pieces, decode, encode
-from seq2seq.document.plaintext import decode_text
+from seq2seq.document.plaintext import decode_text, splice
 from seq2seq.document.segments import Document
 from seq2seq.errors import UserError
 
@@ -47,15 +47,13 @@ def _read(data: bytes, vtt: bool) -> Document:
     found = [_segment(text[a:b], vtt) for a, b, _ in cues]
 
     def rebuild(translations: list[str]) -> bytes:
-        out, at = [], 0
         newline = "\r\n" if "\r\n" in text else "\n"
+        escape = (lambda s: html.escape(s, quote=False)) if vtt else (lambda s: s)
+        edits = []
         for (a, b, n), (_, codes), t in zip(cues, found, translations):
-            escape = (lambda s: html.escape(s, quote=False)) if vtt else (lambda s: s)
             cue = "".join(escape(v) if k == "text" else v for k, v in decode(t, codes))
-            out += [text[at:a], newline.join(_wrapped(cue, n))]
-            at = b
-        out.append(text[at:])
-        return "".join(out).encode("utf-8")
+            edits.append((a, b, newline.join(_wrapped(cue, n))))
+        return splice(text, edits).encode("utf-8")
 
     return Document([segment for segment, _ in found], rebuild)
 
