@@ -77,6 +77,7 @@ from seq2seq.config import DecodeConfig, load_run_config, with_changes  # noqa: 
 from seq2seq.data.term_dictionary import WORD, dice_dictionary  # noqa: E402
 from seq2seq.decode.evaluate import score  # noqa: E402
 from seq2seq.decode.glossary import make_glossary, term_use  # noqa: E402
+from seq2seq.decode.glossary_files import TermEntry  # noqa: E402
 from seq2seq.decode.term_metrics import (  # noqa: E402
     after_final_mark,
     features,
@@ -220,11 +221,7 @@ def _features_of(term: str, usual: str) -> str:
 
 
 def glossary_of(entries: list[tuple[str, str, str, str]]):
-    """The glossary the searches get, with the gender column where this version reads one."""
-    try:  # a glossary of entries with a gender column came with issue 53
-        from seq2seq.decode.glossary_files import TermEntry
-    except ImportError:
-        return make_glossary([(w, term) for w, _, term, _ in entries])
+    """The glossary the searches get, with its gender and number column."""
     return make_glossary([TermEntry(w, term, *features(spec)) for w, _, term, spec in entries])
 
 

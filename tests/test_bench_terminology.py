@@ -175,7 +175,9 @@ def test_scored_rows_hold_the_naive_and_the_repaired_reference():
     entries = [("value", "valeur", "montant", "m sg"), ("window", "fenêtre", "croisée", "f sg")]
     src = ["Enter the value in the window.", "No term here."]
     ref = ["Entrez la valeur dans la fenêtre.", "Rien ici."]
-    rows, found = bench.scored_rows(bench.glossary_of(entries), entries, src, ref, first=500)
+    glossary = bench.glossary_of(entries)
+    assert (glossary.info("montant").gender, glossary.info("montant").number) == ("m", "sg")
+    rows, found = bench.scored_rows(glossary, entries, src, ref, first=500)
     assert found == 1
     assert rows == [
         {

@@ -9,6 +9,9 @@ import pytest
 from sacrebleu.metrics import CHRF
 
 from seq2seq.decode import term_metrics as tm
+from seq2seq.decode.evaluate import _term_specs
+from seq2seq.decode.glossary import make_glossary
+from seq2seq.decode.glossary_files import TermEntry
 from tests.factories import untrained_run
 from tests.runs import cli
 
@@ -171,3 +174,13 @@ def test_evaluate_with_a_glossary_prints_and_writes_the_term_metrics(tmp_path, d
     assert set(metrics) >= {"agreement", "masked_chrf", "window_overlap", "derailment"}
     for line in tm.describe(metrics):
         assert line in result.stdout
+
+
+def test_evaluate_reads_each_terms_gender_and_number_from_its_glossary_entry():
+    glossary = make_glossary(
+        [TermEntry("chair", "chaise", "f", "sg"), TermEntry("files", "Orvanta", "f", None)]
+        + [("umbrella", "parapluie")]
+    )
+    specs = _term_specs(glossary, [["chaise", "parapluie"], ["Orvanta"]])
+    assert specs == {"chaise": "f sg", "Orvanta": "f"}
+    assert _term_specs(None, [["chaise"]]) == {}  # constraints given directly: no column

@@ -276,9 +276,8 @@ def evaluate(
 
 def _term_specs(glossary: Glossary | None, terms: list[list[str]]) -> dict[str, str]:
     """Each target term's gender and number as its glossary entry gives them ("f pl")."""
-    # Constraints given directly have no entries, nor a glossary built before entries had any.
-    info = getattr(glossary, "info", None)
-    entries = {t: info(t) for line in terms for t in line} if info else {}
+    # Constraints given directly have no glossary, so no gender column.
+    entries = {t: glossary.info(t) for line in terms for t in line} if glossary else {}
     return {
         t: f"{e.gender or ''} {e.number or ''}".strip()
         for t, e in entries.items()
