@@ -73,6 +73,23 @@ def test_a_corrupt_or_hostile_file_is_a_400(name, data):
     assert e.value.status == 400
 
 
+def test_a_zip_bomb_or_an_encrypted_office_file_is_a_400_before_it_is_unpacked():
+    import zipfile
+
+    from seq2seq.document.zipdoc import CFB_MAGIC
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(_docx("A cat.")), "r") as docx:
+        with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as bomb:
+            for info in docx.infolist():
+                bomb.writestr(info.filename, docx.read(info.filename))
+            bomb.writestr("word/media/huge.bin", bytes(40_000_000))
+    for data in (out.getvalue(), CFB_MAGIC + bytes(4088)):
+        with pytest.raises(RequestError) as e:
+            read_upload("a.docx", data, DocumentLimits())
+        assert e.value.status == 400
+
+
 def test_an_upload_is_charged_the_characters_of_its_different_segments_markup_aside():
     read = read_upload("a.docx", _docx("One cat.", "One cat."), DocumentLimits())
     assert read.fmt == "docx" and len(read.texts) == 1
@@ -329,3 +346,21 @@ def test_a_deepl_document_is_gone_after_its_time(run, tmp_path):
         assert s.client.post(where + "/result", json=key, headers=auth).status_code == 404
     finally:
         s.stop()
+
+
+@pytest.mark.slow
+def test_a_deepl_document_keeps_the_terms_of_its_glossary(server, quick_polls, tmp_path):
+    auth = {"Authorization": f"DeepL-Auth-Key {KEY}"}
+    entries = {"name": "pets", "source_lang": "en", "target_lang": "fr", "entries": "cats\tchats"}
+    made = server.client.post("/v2/glossaries", data=entries, headers=auth)
+    assert made.status_code == 201, made.text
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"I have two cats.\n")
+    status = _deepl(server).translate_document_from_filepath(
+        source,
+        tmp_path / "a.fr.txt",
+        source_lang="EN",
+        target_lang="FR",
+        glossary=made.json()["glossary_id"],
+    )
+    assert status.done and "chats" in (tmp_path / "a.fr.txt").read_text()
