@@ -712,12 +712,15 @@ class DecodeConfig(_Strict):
     seed: int = Field(
         0, description="Seed of `sampling`: the same input, settings and seed, the same output."
     )
-    term_mode: Literal["constrain", "annotate", "both"] = Field(
+    term_mode: Literal["place", "constrain", "annotate", "both"] = Field(
         "constrain",
-        description="How a glossary's terms reach the translation: `constrain`, constrained "
-        "beam search; `annotate`, the source annotated inline (`word <t> mot </t>`) and the "
-        "plain beam, for a run trained with data.augment.terms; `both`, annotated and "
-        "constrained. A run whose tokenizer lacks the markers constrains, with a warning.",
+        description="How a glossary's terms reach the translation: `place`, the plain beam, "
+        "then each missing term put where its source term was translated and the grammar "
+        "around it repaired (constrained beam search where no place is found); `constrain`, "
+        "constrained beam search; `annotate`, the source annotated inline "
+        "(`word <t> mot </t>`) and the plain beam, for a run trained with "
+        "data.augment.terms; `both`, annotated and constrained. A run whose tokenizer lacks "
+        "the markers constrains (annotate, both), with a warning.",
     )
 
     @property

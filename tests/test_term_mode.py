@@ -96,4 +96,4 @@ def test_a_run_without_the_markers_warns_once_and_constrains(tmp_path, caplog):
 def test_a_bad_term_mode_is_one_clear_error(tmp_path):
     run = untrained_run(tmp_path, TERM_PAIRS[:3])
     result = cli("translate", "--run", run, "--term-mode", "annotated", code=2)
-    assert "term_mode: Input should be 'constrain', 'annotate' or 'both'" in result.output
+    assert "term_mode: Input should be 'place', 'constrain', 'annotate' or 'both'" in result.output

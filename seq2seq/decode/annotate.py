@@ -194,11 +194,27 @@ def _joined_alignment(translator, ids, hyps, replayed) -> list[tuple[int, int]]:
     tgt_words = word_starts([p for seq in tgt_ids for p in tok.tgt_pieces(seq)], specials)
     pairs: set[tuple[int, int]] = set()
     src_at = tgt_at = 0  # the segment's first piece in the line
-    for seq, tgt, r in zip(ids, tgt_ids, replayed):
-        seg_src = src_words[src_at : src_at + len(seq)]
-        pairs.update(word_alignment(r.attention, seg_src, tgt_words[tgt_at : tgt_at + len(tgt)]))
+    for seq, tgt, r, h in zip(ids, tgt_ids, replayed, hyps):
+        seg_src, seg_tgt = (
+            src_words[src_at : src_at + len(seq)],
+            tgt_words[tgt_at : tgt_at + len(tgt)],
+        )
+        found = set(word_alignment(r.attention, seg_src, seg_tgt))
+        pairs.update(_with_placed_links(found, getattr(h, "links", ()), seg_src, seg_tgt))
         src_at, tgt_at = src_at + len(seq), tgt_at + len(tgt)
     return sorted(pairs)
+
+
+def _with_placed_links(found: set, links, seg_src: list[int], seg_tgt: list[int]) -> set:
+    """A segment's alignment with the links of the terms placed in it (term mode place: a
+    placed term aligns to its source term, and only to it) in place of those its words had."""
+    if not links:
+        return found
+    s0 = min((w for w in seg_src if w >= 0), default=0)
+    t0 = min((w for w in seg_tgt if w >= 0), default=0)
+    placed = {(i + s0, j + t0) for i, j in links}
+    sources, targets = {i for i, _ in placed}, {j for _, j in placed}
+    return {(i, j) for i, j in found if i not in sources and j not in targets} | placed
 
 
 def _specials(tokenizer) -> set[str]:

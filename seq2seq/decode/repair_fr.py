@@ -59,7 +59,8 @@ H_ASPIRATED = frozenset(
 FUNCTION_WORDS = frozenset(
     "à au aux avec ce ces cet cette dans de des du elle en est et il ils je la le les leur lui "
     "mais me ne ni nous on ou où par pas pour qu que qui sa se ses si son sont sur ta te tes ton "
-    "tu un une vers vos votre vous y a ont être avoir été sera peut doit".split()
+    "tu un une vers vos votre vous y a ont être avoir été sera peut doit deux trois quatre cinq "
+    "six sept huit neuf dix cent mille fois".split()
 )
 
 # Feminine of a masculine ending, longest ending first; "" is the default (+e).

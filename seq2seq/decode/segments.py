@@ -13,6 +13,7 @@ from seq2seq.data.term_annotation import annotate, keeps_markers
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.glossary import MAX_CONSTRAINTS, Glossary, check_terms, term_ids
 from seq2seq.decode.sentences import split_sentences
+from seq2seq.decode.term_place import Hit
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,8 @@ class Source:
     # Markup taken out of the line (serve's "format"): put back around the aligned words.
     marked: Any = field(default=None, compare=False)
     line: int = field(default=0, compare=False)  # its 0-based line in the job's input, for messages
+    # Term mode place: per segment, its source text and the glossary hits in it.
+    places: tuple[tuple[str, tuple[Hit, ...]], ...] = field(default=(), compare=False)
 
     @property
     def tokens(self) -> int:
@@ -46,15 +49,19 @@ class Segment:
     terms: Terms = ()
     first: int | None = None  # its forced first token, if any
     line: int = 0  # its line's 0-based number in the job's input (messages, sampling streams)
+    source: str = ""  # term mode place: the sentence as given
+    hits: tuple[Hit, ...] = ()  # term mode place: the glossary terms found in it
 
 
 def flatten(sources: list[Source]) -> list[Segment]:
     """The segments of prepared lines, in order."""
-    return [
-        Segment(list(seq), i, terms, source.first, source.line)
-        for i, source in enumerate(sources)
-        for seq, terms in zip(source.segments, source.constraints or [()] * len(source.segments))
-    ]
+    out = []
+    for i, source in enumerate(sources):
+        n = len(source.segments)
+        terms, places = source.constraints or [()] * n, source.places or [("", ())] * n
+        for seq, ts, (text, hits) in zip(source.segments, terms, places):
+            out.append(Segment(list(seq), i, ts, source.first, source.line, text, hits))
+    return out
 
 
 def sources_of(
@@ -65,17 +72,27 @@ def sources_of(
     *,
     first: int | None,
     first_line: int,
+    places: list | None = None,
 ) -> list[Source]:
     """`lines` prepared lines from their segments' ids and target terms (`owner`: the line of
-    each; `first`: the forced first token; `first_line`: the first line's number)."""
+    each; `first`: the forced first token; `first_line`: the first line's number; `places`:
+    each segment's text and glossary hits, for term mode place)."""
     pieces: list[list[tuple[int, ...]]] = [[] for _ in range(lines)]
     wanted: list[list[Terms]] = [[] for _ in range(lines)]
-    for i, seq, ids in zip(owner, encoded, terms):
+    where: list[list] = [[] for _ in range(lines)]
+    for i, seq, ids, place in zip(owner, encoded, terms, places or [None] * len(owner)):
         pieces[i].append(tuple(seq))
         wanted[i].append(ids)
+        where[i].append(place or ("", ()))
     return [
-        Source(tuple(p), tuple(w) if any(w) else (), first, line=first_line + i)
-        for i, (p, w) in enumerate(zip(pieces, wanted))
+        Source(
+            tuple(p),
+            tuple(w) if any(w) else (),
+            first,
+            line=first_line + i,
+            places=tuple(h) if any(hs for _, hs in h) else (),
+        )
+        for i, (p, w, h) in enumerate(zip(pieces, wanted, where))
     ]
 
 
@@ -96,7 +113,7 @@ class LineTerms:
     def mode(self, options: DecodeConfig) -> str:
         """How a glossary's terms are applied: as `options.term_mode` says, but by constraints
         (warned about once) where the run's tokenizer lacks the term markers."""
-        if options.term_mode == "constrain" or self.markers:
+        if options.term_mode in ("constrain", "place") or self.markers:
             return options.term_mode
         if not self.mode_warned:
             self.mode_warned = True
@@ -121,10 +138,10 @@ class LineTerms:
         to, and its target terms (given per line, else the glossary's found in that segment;
         `first`: the 0-based number of the first line, for messages). With term mode annotate
         or both, each glossary hit is annotated inline in its segment; with annotate, it is no
-        constraint."""
+        constraint; with place, each segment's text and hits come fourth."""
         split = options.split_sentences and options.nbest == 1
         mode = self.mode(options) if glossary is not None else "constrain"
-        segments, owner, terms = [], [], []
+        segments, owner, terms, places = [], [], [], []
         for i, line in enumerate(lines):
             if not line.strip():
                 continue
@@ -137,12 +154,17 @@ class LineTerms:
                 if given is not None:
                     segments.append(part)
                     terms.append(check_terms(given, where))
+                    places.append(None)
                     continue
                 hits = glossary.find(part) if glossary else []
-                segments.append(annotate(part, hits) if mode != "constrain" else part)
+                plain = mode in ("constrain", "place")
+                segments.append(part if plain else annotate(part, hits))
                 wanted = [] if mode == "annotate" else [target for *_, target in hits]
                 terms.append(check_terms(_at_most(wanted, where), where))
-        return segments, owner, terms
+                kept = set(terms[-1])
+                found = [h for h in hits if h[2] in kept]
+                places.append((part, _hits(glossary, found)) if mode == "place" else None)
+        return segments, owner, terms, places
 
     def ids(self, terms: list[str], line: int, *, glossary: bool) -> Terms:
         """A segment's target terms as token ids (`line`: its 0-based line number); a
@@ -165,6 +187,20 @@ class LineTerms:
                     "%s: glossary term %r has pieces the model cannot output; skipped", where, term
                 )
         return out
+
+
+def _hits(glossary: Glossary, found: list[tuple[int, int, str]]) -> tuple[Hit, ...]:
+    """Glossary hits as placement takes them, with the gender and number the glossary gives
+    (`Glossary.info`, where the glossary has it)."""
+    info = getattr(glossary, "info", None)
+    out = []
+    for start, end, target in found:
+        entry = info(target) if callable(info) else None
+        gender, number = getattr(entry, "gender", None), getattr(entry, "number", None)
+        gender = gender if gender in ("m", "f") else None
+        number = {"sg": "sg", "pl": "pl", "singular": "sg", "plural": "pl"}.get(number or "")
+        out.append(Hit(start, end, target, gender, number))
+    return tuple(out)
 
 
 def _at_most(terms: list[str], where: str) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from seq2seq.decode import repair_fr
 
@@ -51,22 +51,27 @@ def repair(placed: Placed, table, choose: Choose, known: Known) -> str:
     """The sentence with the determiner before the term and the adjectives after it agreeing
     with the term (`table`: a language's rules; `choose`: the model's pick among candidates;
     `known`: whether an inflected form is a word the model knows)."""
+    return repaired(placed, table, choose, known).text
+
+
+def repaired(placed: Placed, table, choose: Choose, known: Known) -> Placed:
+    """`repair`, as the term with the text before and after it rewritten."""
     if table is None:
-        return placed.text
+        return placed
     lefts = repaired_lefts(placed.left, placed.term, placed.gender, placed.number, table)
+    if "’" in placed.text and "'" not in placed.text:  # the sentence's own apostrophe
+        lefts = [x.replace("'", "’") for x in lefts]
     if len(lefts) > 1:
         left = lefts[choose([x + placed.term + placed.right for x in lefts])]
     else:
         left = lefts[0]
-    was = determiner_of(placed.left, table)
-    now = determiner_of(left, table)
+    was, now = determiner_of(placed.left, table), determiner_of(left, table)
     gender = placed.gender or (now[1] if now else None)
     if gender is None or (was is not None and was[1:] == (gender, placed.number)):
-        return left + placed.term + placed.right  # nothing says the agreement changed
-    right = agreeing_right(
-        placed.right, gender, placed.number, table, choose_in(left, placed.term, choose), known
-    )
-    return left + placed.term + right
+        return replace(placed, left=left)  # nothing says the agreement changed
+    pick = choose_in(left, placed.term, choose)
+    right = agreeing_right(placed.right, gender, placed.number, table, pick, known)
+    return replace(placed, left=left, right=right)
 
 
 def choose_in(left: str, term: str, choose: Choose) -> Choose:

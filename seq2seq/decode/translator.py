@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import nullcontext
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -15,17 +17,21 @@ from seq2seq.data.batching import pad
 from seq2seq.data.tokenizer import Tokenizer
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
+from seq2seq.decode.placing import TermPlacer
 from seq2seq.decode.sampling import line_streams
 from seq2seq.decode.search import decode
 from seq2seq.decode.segments import LineTerms, Segment, Source, flatten, sources_of
 from seq2seq.decode.shortlist import Shortlist, load_shortlist
 from seq2seq.decode.spelling import TermSpelling
+from seq2seq.decode.term_lexicon import TermLexicon, lexicon_of
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import Transformer
 from seq2seq.run.rundir import load_for_decoding
 from seq2seq.runtime import autocast_dtype
 
 log = logging.getLogger(__name__)
+
+PLACE_FALLBACK_BEAM = 10  # the constrained beam a term with no span found falls back to
 
 
 class Translator:
@@ -47,6 +53,7 @@ class Translator:
         glossary: Glossary | None = None,
         guided_head: tuple[int, int] | None = None,
         shortlist: Shortlist | None = None,
+        lexicon: TermLexicon | None = None,
     ):
         self.model, self.tokenizer, self._options = model, tokenizer, options
         self.device, self.amp_dtype = device, amp_dtype
@@ -57,6 +64,10 @@ class Translator:
         self.guided_head, self.shortlist = guided_head, shortlist
         # What it works out of the tokenizer once, and the terms it warned about.
         self.spelling, self.terms = TermSpelling(tokenizer, device), LineTerms(tokenizer)
+        # Term mode place: segments whose plain output held its terms, had them placed, or
+        # fell back to the constrained beam (the fallback's share), counted over calls.
+        self.term_stats: Counter = Counter()
+        self.placer = TermPlacer(self, lexicon)
 
     @property
     def options(self) -> DecodeConfig:
@@ -126,8 +137,11 @@ class Translator:
         if constraints is not None and len(constraints) != len(lines):
             raise UserError(f"{len(constraints)} lines of constraints for {len(lines)} input lines")
         at = {"src_lang": src_lang, "first": first_line}
-        segments, owner, terms = self.terms.split(lines, constraints, glossary, options, **at)
-        if any(terms) and options.beam_size < 2:
+        segments, owner, terms, places = self.terms.split(
+            lines, constraints, glossary, options, **at
+        )
+        placing = options.term_mode == "place" and constraints is None
+        if any(terms) and options.beam_size < 2 and not placing:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         numbers = [first_line + i for i in owner]
         most = self.max_src_len if truncate else None  # serve refuses (413) instead of cutting
@@ -135,7 +149,9 @@ class Translator:
         # A glossary's term the model cannot write is skipped; a given one is an error.
         ids = [self.terms.ids(t, n, glossary=constraints is None) for t, n in zip(terms, numbers)]
         first = self.tokenizer.first_target_token(tgt_lang)
-        return sources_of(len(lines), owner, encoded, ids, first=first, first_line=first_line)
+        kept = [p if p is None else (p[0], _writable(self.terms, p[1])) for p in places]
+        at = {"first": first, "first_line": first_line}
+        return sources_of(len(lines), owner, encoded, ids, places=kept, **at)
 
     def translate_sources(
         self,
@@ -195,6 +211,8 @@ class Translator:
         """The n-best hypotheses of each segment, with `options` (default: the translator's;
         `wanted`: see translate_sources)."""
         options = options or self.options
+        if options.term_mode == "place" and any(s.terms for s in segments):
+            return _placed(self, segments, wanted, options)
         streams = line_streams([s.line for s in segments])  # a sentence samples its own stream
         found: list[list[Hypothesis]] = [[Hypothesis([], 0.0, 0.0)] for _ in segments]
         for chunk, src in self.batched([s.ids for s in segments], options):
@@ -209,6 +227,28 @@ class Translator:
                 found[j] = hyps
                 _warn_unmet(hyps[0], segments[j].line)
         return found
+
+
+def _writable(terms: LineTerms, hits: tuple) -> tuple:
+    """A segment's hits less those whose term the model cannot write (left out of its terms,
+    warned about there)."""
+    ok = set(terms.writable([h.target for h in hits], "")) if hits else set()
+    return tuple(h for h in hits if h.target in ok)
+
+
+def _placed(translator: Translator, segments, wanted, options: DecodeConfig):
+    """Term mode place: the plain beam's n-best, each segment lacking a term given it placed;
+    a segment whose term has no span found, the constrained beam's, at a beam of at least
+    PLACE_FALLBACK_BEAM (what dynamic beam allocation needs for its banks)."""
+    plain = [replace(s, terms=()) for s in segments]
+    found = translator.search(plain, wanted, options)
+    rest = translator.placer.place(segments, found, options)
+    if rest:
+        beam = max(options.beam_size, PLACE_FALLBACK_BEAM)
+        wider = options.model_copy(update={"beam_size": beam, "term_mode": "constrain"})
+        for j, hyps in zip(rest, translator.search([segments[j] for j in rest], wanted, wider)):
+            found[j] = hyps[: options.nbest]
+    return found
 
 
 def _encode(
@@ -343,6 +383,7 @@ def load_translator(
         glossary=glossary,
         guided_head=None if guided is None else (guided.layer, guided.head),
         shortlist=load_shortlist(run_dir, run.tokenizer).to(dev) if shortlist else None,
+        lexicon=lexicon_of(run_dir, data.train.src, data.train.tgt),
     )
     if src_lang or tgt_lang:  # a many-language model's direction
         translator.src_lang, translator.tgt_lang = translator.languages(src_lang, tgt_lang)

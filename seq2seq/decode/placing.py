@@ -1,0 +1,217 @@
+"""Term mode `place`: the plain beam's translation kept where it holds its terms; elsewhere each
+missing term is put where its source term was translated (term_place.py), the grammar around it
+repaired (term_repair.py, the model choosing where the table cannot), and the final text scored
+teacher-forced, so its score, alignment and token probabilities are those of what is printed.
+A segment with a term whose span cannot be found is left to the constrained beam (the caller's
+fallback)."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass
+
+from seq2seq.config import DecodeConfig
+from seq2seq.data.tokenizer import word_starts
+from seq2seq.decode.alignment import replay, word_alignment
+from seq2seq.decode.glossary import occurrences
+from seq2seq.decode.hypothesis import Hypothesis, length_penalty
+from seq2seq.decode.term_lexicon import TermLexicon
+from seq2seq.decode.term_place import Hit, locate, source_words, whitespace_index, written
+from seq2seq.decode.term_place import is_plural as plural_span
+from seq2seq.decode.term_repair import Placed, repaired, table_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PlacedHypothesis(Hypothesis):
+    """A plain hypothesis with terms placed in it: rescored, and the (source word, output word)
+    links of each placed term, which alignments and markup keep."""
+
+    links: tuple[tuple[int, int], ...] = ()
+
+
+def missing_hits(hits: tuple[Hit, ...], text: str) -> list[Hit]:
+    """The hits whose target term `text` lacks (a term needed n times and held m < n times:
+    its last n − m hits)."""
+    wanted = Counter(h.target for h in hits)
+    out = []
+    for target, n in wanted.items():
+        have = occurrences(target, text)
+        if have < n:
+            out.extend([h for h in hits if h.target == target][have:])
+    return sorted(out, key=lambda h: h.start)
+
+
+class TermPlacer:
+    """Places a translator's missing terms (`translator`: its model, tokenizer, batched engine,
+    guided head and target language) with the training data's `lexicon`."""
+
+    def __init__(self, translator, lexicon: TermLexicon | None):
+        self.translator, self.lexicon = translator, lexicon
+        self.table = table_for(translator.tgt_lang or "")
+
+    def place(self, segments, found: list[list[Hypothesis]], options: DecodeConfig) -> list[int]:
+        """Replace, in `found` (each segment's plain n-best), the best hypothesis of each
+        segment that lacks a term by one with the terms placed; the segments whose terms could
+        not be placed (or have no source terms: given constraints) are returned."""
+        tok, stats = self.translator.tokenizer, self.translator.term_stats
+        todo, fallback = [], []
+        for j, seg in enumerate(segments):
+            if not seg.terms:
+                continue
+            if not seg.hits:
+                fallback.append(j)
+                continue
+            (text,) = tok.decode_tgt([found[j][0].tokens])
+            missing = missing_hits(seg.hits, " ".join(text.split()))
+            if missing:
+                todo.append((j, " ".join(text.split()), missing))
+            else:
+                stats["held"] += 1
+        links = self._links(
+            [segments[j] for j, *_ in todo], [found[j][0] for j, *_ in todo], options
+        )
+        for (j, text, missing), pairs in zip(todo, links):
+            placed = self._place_one(segments[j], text, missing, pairs, options)
+            if placed is None:
+                fallback.append(j)
+                continue
+            stats["placed"] += 1
+            found[j] = [self._rescored(segments[j], *placed, options), *found[j][1:]]
+        stats["fallback"] += len(fallback)
+        return sorted(fallback)
+
+    def _links(self, segments, hyps: list[Hypothesis], options) -> list[set[tuple[int, int]]]:
+        """Each hypothesis's (source word, output word) alignment, from the guided-alignment
+        head where the run has one, else every decoder layer's attention."""
+        t = self.translator
+        if not segments:
+            return []
+        n_layers = len(t.model.decoder_layers)
+        layers, head = (
+            (list(range(n_layers)), None)
+            if t.guided_head is None
+            else ([t.guided_head[0]], t.guided_head[1])
+        )
+        specials = set(t.tokenizer.tgt_pieces([t.tokenizer.ids.eos, t.tokenizer.ids.pad]))
+        specials |= set(t.tokenizer.src_pieces([t.tokenizer.ids.eos, t.tokenizer.ids.pad]))
+        out: list[set[tuple[int, int]]] = [set() for _ in segments]
+        for chunk, src in t.batched([s.ids for s in segments], options):
+            tgt = [[*hyps[j].tokens, t.tokenizer.ids.eos] for j in chunk]
+            found = replay(
+                t.model,
+                src,
+                tgt,
+                layers=layers,
+                head=head,
+                log_probs=False,
+                special=t.tokenizer.ids,
+            )
+            for j, r, ids in zip(chunk, found, tgt):
+                src_words = word_starts(t.tokenizer.src_pieces(segments[j].ids), specials | {""})
+                tgt_words = word_starts(t.tokenizer.tgt_pieces(ids), specials)
+                out[j] = set(word_alignment(r.attention, src_words, tgt_words))
+        return out
+
+    def _place_one(self, seg, text: str, missing: list[Hit], links, options):
+        """(the text with every missing term placed and repaired, the placed terms' links), or
+        None when a term's span is not found."""
+        spans, taken = (
+            [],
+            [_span_of(text, h.target) for h in seg.hits if occurrences(h.target, text)],
+        )
+        taken = [s for s in taken if s is not None]
+        for hit in missing:
+            renderings = self._renderings(seg.source, hit)
+            span = locate(text, seg.source, hit, renderings, links, taken)
+            if span is None:
+                return None
+            spans.append((span, hit, renderings))
+            taken.append((span.start, span.end))
+        choose, written_at = self._chooser(seg.ids, options), []
+        for span, hit, renderings in sorted(spans, key=lambda s: -s[0].start):
+            plural = hit.number == "pl" or (
+                hit.number is None and plural_span(text, span, renderings)
+            )
+            term = written(hit.target, text, span, plural, self.table and self.table.plural)
+            gender = hit.gender or (self.lexicon.gender(hit.target) if self.lexicon else None)
+            number = "pl" if plural else "sg"
+            placed = Placed(text[: span.start], term, text[span.end :], gender, number)
+            fixed = repaired(placed, self.table, choose, self._known)
+            shift = len(fixed.text) - len(text)
+            written_at = [(hit, len(fixed.left), term)] + [
+                (h, at + shift, w) for h, at, w in written_at
+            ]
+            text = fixed.text
+        return text, _placed_links(seg.source, text, written_at)
+
+    def _renderings(self, source: str, hit: Hit) -> list[str]:
+        """The usual target words of a hit's source words, the source words themselves (names
+        the model copies) and the target term's own words (the term written inflected)."""
+        words = source[hit.start : hit.end]
+        found = self.lexicon.renderings(words) if self.lexicon else []
+        return list(dict.fromkeys([*found, *words.lower().split(), *hit.target.lower().split()]))
+
+    def _known(self, word: str) -> bool:
+        """Whether the model knows a word form: seen in its training text, else one piece."""
+        if self.lexicon is not None and self.lexicon.knows(word):
+            return True
+        (ids,) = self.translator.tokenizer.encode_tgt([word])
+        return len(ids) == 1 and ids[0] != self.translator.tokenizer.ids.unk
+
+    def _chooser(self, src_ids: list[int], options):
+        """The model's choice among candidate texts: the highest teacher-forced log-probability."""
+
+        def choose(texts: list[str]) -> int:
+            scores = self.log_probs(src_ids, texts, options)
+            return max(range(len(texts)), key=lambda i: scores[i])
+
+        return choose
+
+    def log_probs(self, src_ids: list[int], texts: list[str], options) -> list[float]:
+        """Each text's log-probability as the translation of one source, EOS included."""
+        t = self.translator
+        tgt = [[*ids, t.tokenizer.ids.eos] for ids in t.tokenizer.encode_tgt(texts)]
+        out = [0.0] * len(texts)
+        for chunk, src in t.batched([list(src_ids)] * len(texts), options):
+            found = replay(
+                t.model,
+                src,
+                [tgt[j] for j in chunk],
+                layers=[],
+                log_probs=True,
+                special=t.tokenizer.ids,
+            )
+            for j, r in zip(chunk, found):
+                out[j] = float(sum(r.log_probs))
+        return out
+
+    def _rescored(self, seg, text: str, links, options: DecodeConfig) -> PlacedHypothesis:
+        """The placed text as a hypothesis: its tokens, scored teacher-forced."""
+        (tokens,) = self.translator.tokenizer.encode_tgt([text])
+        (lp,) = self.log_probs(seg.ids, [text], options)
+        norm = length_penalty(len(tokens) + 1, options.length_penalty, options.length_norm)
+        return PlacedHypothesis(tokens, lp / norm, lp, links=tuple(links))
+
+
+def _span_of(text: str, term: str) -> tuple[int, int] | None:
+    """Characters of the first whole-word occurrence of `term` in `text`."""
+    at = 0
+    while (at := text.find(term, at)) >= 0:
+        if occurrences(term, text[max(0, at - 1) : at + len(term) + 1]):
+            return at, at + len(term)
+        at += 1
+    return None
+
+
+def _placed_links(source: str, text: str, placed) -> list[tuple[int, int]]:
+    """(source word, output word) pairs linking each placed term's words (`placed`: its hit,
+    where it starts in `text`, as written) to its source term's."""
+    links = set()
+    for hit, at, term in placed:
+        first = whitespace_index(text, at)
+        out_words = range(first, first + len(term.split()))
+        links.update((i, j) for i in source_words(source, hit) for j in out_words)
+    return sorted(links)
