@@ -21,7 +21,9 @@ Steps (each may be run alone; `all` runs them in order; files go to --work):
   intersection aligns one-to-one with a reference word, a `<i>` pair around another and a `{x}`
   placeholder; translated with `translate_tagged` at beam 4; well-formed rate (same tags and
   placeholders, balanced) over all lines, right-word rate over the tags whose reference word
-  appears exactly once in the output.
+  appears exactly once in the output (the `<b>` pair wraps it), the exact rate (it wraps that
+  word and no other), the mean words `<b>` wraps and how many `<b>` pairs came back empty: a
+  wider tag is right more often, so the rate is read beside the width.
 - `confidence`: Spearman between each valid line's score (what beam ranks) and its sentence chrF
   against the reference; also the plain mean token log-probability; a scatter PNG.
 - `speed`: valid lines at beam 4 on 2 threads: plain decoding vs `--alignments` vs `--tags`
@@ -229,7 +231,7 @@ def step_tags(args) -> dict:
         Annotation(alignments=True, layer=args.layer),
         "html",
     )
-    well_formed = checkable = right = 0
+    well_formed = checkable = right = exact = wrapped = empty = 0
     for it, a in zip(items, found):
         ok = same_markup(it["line"], a.text)
         well_formed += ok
@@ -241,13 +243,20 @@ def step_tags(args) -> dict:
             continue
         checkable += 1
         b = next(s for s in marked.spans if s.open == "<b>")
-        right += b.first <= words.index(it["expect"]) <= b.last
+        at, width = words.index(it["expect"]), max(b.last - b.first + 1, 0)
+        right += b.first <= at <= b.last
+        exact += b.first == at == b.last  # the one right word and nothing else
+        wrapped += width
+        empty += width == 0
     result = {
         "layer": args.layer,
         "lines": len(items),
         "well_formed": well_formed / len(items),
         "checkable_tags": checkable,
         "right_word": right / max(checkable, 1),
+        "exact_word": exact / max(checkable, 1),
+        "mean_words_in_b": wrapped / max(checkable, 1),
+        "empty_b": empty,
         "examples": [(it["line"], a.text) for it, a in list(zip(items, found))[:5]],
     }
     print(json.dumps(result, ensure_ascii=False, indent=1))

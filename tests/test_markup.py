@@ -129,3 +129,25 @@ def test_translate_tags_keeps_every_tag_of_every_line(trained_tiny_run):
     assert len(outputs) == len(TAGGED)
     for line, out in zip(TAGGED, outputs):
         assert same_markup(line, out), (line, out)
+
+
+def test_a_tag_around_a_word_with_no_alignment_takes_the_output_word_between_its_neighbours():
+    marked = parse("Click <b>Save</b> now")
+    # Save has no link; Click and now frame one output word.
+    assert reinsert(marked, "Cliquez Enregistrer maintenant", [(0, 0), (2, 2)]) == (
+        "Cliquez <b>Enregistrer</b> maintenant"
+    )
+    # At the ends of the line the line's ends frame it.
+    assert reinsert(parse("<b>Save</b> now"), "Enregistrer maintenant", [(1, 1)]) == (
+        "<b>Enregistrer</b> maintenant"
+    )
+    assert reinsert(parse("Click <b>Save</b>"), "Cliquez Enregistrer", [(0, 0)]) == (
+        "Cliquez <b>Enregistrer</b>"
+    )
+
+
+def test_a_tag_with_no_alignment_and_no_word_between_its_neighbours_stays_empty():
+    marked = parse("Click <b>Save</b> now")
+    assert reinsert(marked, "Cliquez maintenant", [(0, 0), (2, 1)]) == (
+        "Cliquez <b></b> maintenant"
+    )

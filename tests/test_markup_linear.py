@@ -89,9 +89,18 @@ def _reference_parse(line: str, fmt: str) -> Marked:
 _PLACEHOLDER = re.compile(r"\{\w*\}|%(?:\(\w+\)|\d+\$)?[sdifx]")
 
 
-def _reference_target_span(span: Span, pairs: list[tuple[int, int]]) -> tuple[int, int]:
+def _reference_target_span(span: Span, n_tgt: int, pairs: list[tuple[int, int]]) -> tuple[int, int]:
     aligned = [j for i, j in pairs if span.first <= i <= span.last]
-    return (min(aligned), max(aligned)) if aligned else (1, 0)
+    if aligned:
+        return min(aligned), max(aligned)
+    if span.first > span.last:
+        return (1, 0)
+    # No alignment of its own: between its nearest aligned neighbours' output words.
+    before = [i for i, _ in pairs if i < span.first]
+    after = [i for i, _ in pairs if i > span.last]
+    low = max(j for i, j in pairs if i == max(before)) + 1 if before else 0
+    high = min(j for i, j in pairs if i == min(after)) - 1 if after else n_tgt - 1
+    return low, high
 
 
 def _reference_target_position(
@@ -113,7 +122,7 @@ def _reference_place(
 ) -> list[tuple[int, int]]:
     placed: list[tuple[int, int]] = []
     for span in marked.spans:  # in opening order: a parent is placed before its children
-        first, last = _reference_target_span(span, pairs)
+        first, last = _reference_target_span(span, n_tgt, pairs)
         if span.parent is not None:
             p_first, p_last = placed[span.parent]
             first, last = max(first, p_first), min(last, p_last)

@@ -7,8 +7,12 @@ it wrapped, a self-closing tag or placeholder before the output word aligned to 
 that followed it (at the start or end if it was there). Tags and placeholders are copied
 verbatim, never translated.
 
+A tag pair whose words have no alignment of their own takes the output words between those
+aligned to its nearest aligned neighbours (the line's ends where it has none), as a word left
+unaligned most often went where its neighbours leave room.
+
 The output is always well-formed with exactly the input's tags: where alignment would make two
-tags cross, the inner one is cut to fit inside the outer, and a tag left with no aligned word is
+tags cross, the inner one is cut to fit inside the outer, and a tag left with no output word is
 kept, empty, where its first word would go. Placeholder-shaped text the model writes itself is
 dropped (every placeholder of the source was taken out, so such text is invented). Text is
 unescaped (`&amp;` → `&`) for the model and `&`, `<`, `>` escaped in the output. With `html`,
@@ -181,6 +185,9 @@ class _Aligned:
         self.following = [n_tgt] * (n_src + 1)  # the first aligned word's least, from each on
         for i in reversed(range(n_src)):
             self.following[i] = lows[i] if lows[i] != _NONE else self.following[i + 1]
+        self.preceding = [-1] * (n_src + 1)  # the last aligned word's greatest, before each
+        for i in range(n_src):
+            self.preceding[i + 1] = highs[i] if highs[i] != -_NONE else self.preceding[i]
         self.n_src, self.n_tgt = n_src, n_tgt
 
     def span(self, first: int, last: int) -> tuple[int, int]:
@@ -193,6 +200,14 @@ class _Aligned:
         if low == _NONE:
             return (1, 0)
         return low, max(self.highs[level][first], self.highs[level][other])
+
+    def between(self, first: int, last: int) -> tuple[int, int]:
+        """The output words between those aligned to the nearest aligned source words before
+        `first` and after `last` (the line's ends where there are none): where source words
+        with no alignment of their own went, by their neighbours' positions."""
+        if first > last:
+            return (1, 0)
+        return self.preceding[first] + 1, self.following[last + 1] - 1
 
     def position(self, before: int) -> int:
         """Where something that stood before source word `before` goes among the output
@@ -222,6 +237,8 @@ def _place(spans: list[Span], aligned: _Aligned) -> list[tuple[int, int]]:
     taken: dict[int | None, tuple[list[int], list[int]]] = {}
     for span in spans:  # in opening order: a parent is placed before its children
         first, last = aligned.span(span.first, span.last)
+        if first > last:  # its words have no alignment: the place their neighbours leave
+            first, last = aligned.between(span.first, span.last)
         if span.parent is not None:
             p_first, p_last = placed[span.parent]
             first, last = max(first, p_first), min(last, p_last)
