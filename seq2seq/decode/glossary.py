@@ -1,4 +1,5 @@
-"""Terminology: a glossary of `source term<TAB>target term` pairs, which source terms occur in a
+"""Terminology: a glossary of source term → target term pairs (read from TSV, CSV or TBX files
+by `glossary_files`, each target term's gender and number kept), which source terms occur in a
 sentence, and the per-sentence target-term constraints that constrained search must keep.
 
 Case rule: a source term matches whole words of a sentence, the sentence and the term folded
