@@ -1,7 +1,9 @@
-"""The page at `/`: a text box, language pickers filled from /languages, a translate button, an
-optional glossary, a key field when the server needs one (sent as `Authorization: Bearer`),
-and each sentence's translation with its confidence. Plain HTML and a little
-JavaScript, served as one string: no build step, no files to ship."""
+"""The page at `/`: a text tab (a text box, an optional glossary, and each sentence's
+translation with its confidence) and a file tab (a file sent to LibreTranslate's
+`/translate_file`, the translated file fetched from its `translatedFileUrl` and downloaded),
+language pickers filled from /languages, a key field when the server needs one (sent as
+`Authorization: Bearer`, and as `api_key` with a file). Plain HTML and a little JavaScript,
+served as one string: no build step, no files to ship."""
 
 # No `from __future__ import annotations`: FastAPI reads the endpoints' annotations.
 
@@ -19,7 +21,13 @@ table { border-collapse: collapse; width: 100%; margin-top: 1rem; }
 td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; }
 .confidence { white-space: nowrap; font-variant-numeric: tabular-nums; }
 .low { color: #b00; }
-#error { color: #b00; }
+#error, #file-error { color: #b00; }
+[role="tablist"] { display: flex; gap: .25rem; margin: 1rem 0 .5rem;
+  border-bottom: 1px solid #ccc; }
+[role="tab"] { font: inherit; padding: .3rem 1rem; border: 1px solid #ccc; border-bottom: none;
+  background: #f4f4f4; cursor: pointer; }
+[role="tab"][aria-selected="true"] { background: #fff; font-weight: 600; }
+#file-panel .row { margin: 1rem 0; }
 </style>
 </head>
 <body>
@@ -27,10 +35,17 @@ td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; 
 <div class="row">
   <label>From <select id="source"></select></label>
   <label>To <select id="target"></select></label>
-  <button id="translate" type="button">Translate</button>
   <label id="key-row" hidden>API key <input id="key" type="password" autocomplete="off"></label>
 </div>
+<div role="tablist">
+  <button id="tab-text" role="tab" type="button" aria-selected="true"
+    aria-controls="text-panel">Text</button>
+  <button id="tab-file" role="tab" type="button" aria-selected="false"
+    aria-controls="file-panel" hidden>Files</button>
+</div>
+<section id="text-panel" role="tabpanel">
 <textarea id="text" rows="6" placeholder="Text to translate"></textarea>
+<div class="row"><button id="translate" type="button">Translate</button></div>
 <details>
   <summary>Glossary (optional)</summary>
   <p>One term pair a line: <code>source term = target term</code>.</p>
@@ -41,6 +56,18 @@ td, th { border-bottom: 1px solid #ddd; padding: .3rem .5rem; text-align: left; 
   <thead><tr><th>Source sentence</th><th>Translation</th><th>Confidence</th></tr></thead>
   <tbody></tbody>
 </table>
+</section>
+<section id="file-panel" role="tabpanel" hidden>
+<p>A document or localization file, translated whole and given back in its own format:
+<span id="formats"></span>.</p>
+<div class="row">
+  <input id="file" type="file">
+  <button id="translate-file" type="button">Translate file</button>
+</div>
+<p id="file-status" role="status"></p>
+<p id="file-error" role="alert"></p>
+<p><a id="download" hidden></a></p>
+</section>
 <script>
 "use strict";
 const $ = (id) => document.getElementById(id);
@@ -113,6 +140,63 @@ async function translate() {
   }
 }
 
+function translatedName(name, target) {  // notes.txt -> notes.fr.txt
+  const dot = name.lastIndexOf(".");
+  return dot > 0 ? name.slice(0, dot) + "." + target + name.slice(dot) : name + "." + target;
+}
+
+async function translateFile() {
+  $("file-error").textContent = "";
+  const file = $("file").files[0];
+  if (!file) { $("file-error").textContent = "Choose a file first."; return; }
+  const form = new FormData();  // LibreTranslate's POST /translate_file
+  form.append("file", file);
+  form.append("source", $("source").value);
+  form.append("target", $("target").value);
+  const key = $("key").value.trim();
+  if (key) form.append("api_key", key);
+  $("translate-file").disabled = true;
+  $("download").hidden = true;
+  $("file-status").textContent = "Translating " + file.name + "…";
+  try {
+    const answer = await fetch("translate_file", { method: "POST", body: form });
+    const data = await answer.json();
+    if (!answer.ok) { $("file-error").textContent = data.error; return; }
+    const translated = await fetch(data.translatedFileUrl);
+    if (!translated.ok) { $("file-error").textContent = (await translated.json()).error; return; }
+    const link = $("download");
+    if (link.href) URL.revokeObjectURL(link.href);
+    link.href = URL.createObjectURL(await translated.blob());
+    link.download = translatedName(file.name, $("target").value);
+    link.textContent = "Download " + link.download;
+    link.hidden = false;
+    link.click();  // the download starts by itself; the link stays to save it again
+  } catch (e) {
+    $("file-error").textContent = "The server did not answer: " + e;
+  } finally {
+    $("file-status").textContent = "";
+    $("translate-file").disabled = false;
+  }
+}
+
+function showTab(name) {
+  for (const tab of ["text", "file"]) {
+    $(tab + "-panel").hidden = tab !== name;
+    $("tab-" + tab).setAttribute("aria-selected", String(tab === name));
+  }
+}
+
+function offerFiles(settings) {
+  const formats = settings.supportedFilesFormat || [];
+  if (!settings.filesTranslation || !formats.length) return;
+  $("file").accept = formats.join(",");
+  $("formats").textContent = formats.join(" ");
+  $("tab-file").hidden = false;
+  $("tab-text").addEventListener("click", () => showTab("text"));
+  $("tab-file").addEventListener("click", () => showTab("file"));
+  $("translate-file").addEventListener("click", translateFile);
+}
+
 async function start() {
   languages = await (await fetch("languages")).json();
   const info = await (await fetch("info")).json();
@@ -125,6 +209,7 @@ async function start() {
   fillTargets();
   $("source").addEventListener("change", fillTargets);
   $("translate").addEventListener("click", translate);
+  offerFiles(settings);
 }
 start();
 </script>
