@@ -184,3 +184,11 @@ def test_evaluate_reads_each_terms_gender_and_number_from_its_glossary_entry():
     specs = _term_specs(glossary, [["chaise", "parapluie"], ["Orvanta"]])
     assert specs == {"chaise": "f sg", "Orvanta": "f"}
     assert _term_specs(None, [["chaise"]]) == {}  # constraints given directly: no column
+
+
+def test_elision_is_checked_on_overlapping_pairs_and_not_on_words_it_cannot_tell():
+    assert tm.elision_errors("la taille de le écran") == ["le écran"]
+    # An acronym, an h the rules do not know, a y: either way is written; nothing flagged.
+    assert tm.elision_errors("le format de HTML, le hamster, le yaourt, l'USB, le USB") == []
+    assert tm.elision_errors("la heure, le homme") == ["la heure", "le homme"]
+    assert tm.term_checks("le Hexbox et l'Hexbox", "Hexbox", "m") == [("gender", True)]

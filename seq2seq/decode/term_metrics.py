@@ -35,6 +35,14 @@ _NO_ELISION = {
     "hibou", "hiérarchie", "hockey", "hollande", "homard", "honte", "hors", "hublot", "huit",
     "huitième", "hurlement", "hutte", "onze", "onzième", "oui", "ouate",
 }  # fmt: skip
+# Words whose h is mute: they take elision ("l'heure"); an h not listed here or above is left
+# unjudged.
+_MUTE_H = {
+    "habitude", "habillage", "harmonie", "hébergement", "hébergeur", "hélice", "herbe",
+    "héritage", "heure", "heures", "hexadécimal", "histoire", "historique", "hiver", "homme",
+    "hommes", "honneur", "hôpital", "horaire", "horizon", "horloge", "hôte", "hôtel", "huile",
+    "humain", "humeur", "hypothèse", "hyperlien", "hyperliens", "hypertexte",
+}  # fmt: skip
 _ELIDABLE = {"le", "la", "de", "que", "ce", "je", "ne", "se", "me", "te"}
 _ELIDED = r"(?<!\w)(l|d|qu|j|n|s|c|m|t|jusqu|lorsqu|puisqu)['’]"
 # Determiner → (gender, number); None: either.
@@ -128,29 +136,35 @@ def features(spec: str | None) -> tuple[str | None, str | None]:
     return gender, number
 
 
-def takes_elision(word: str) -> bool:
-    """Whether a French word takes an elided article: a vowel or a mute h first."""
+def elision_of(word: str) -> bool | None:
+    """Whether a French word takes elision before it ("l'écran", "l'heure": True; "le
+    hasard", "le moniteur": False), or None where the rules cannot tell (an h they do not
+    know, a y, an acronym, a digit)."""
     w = word.lower()
-    if not w or w in _NO_ELISION:
+    if not w or not w[0].isalpha() or w[0] == "y" or (len(word) > 1 and word.isupper()):
+        return None
+    if w in _NO_ELISION:
         return False
-    return w[0] in _VOWEL or (w[0] == "h" and w not in _NO_ELISION)
+    if w[0] == "h":
+        return True if w in _MUTE_H else None
+    return w[0] in _VOWEL
 
 
-def _consonant(word: str) -> bool:
-    w = word.lower()
-    return bool(w) and w[0].isalpha() and w[0] not in _VOWEL + "hy"
+def takes_elision(word: str) -> bool:
+    """Whether a French word surely takes elision before it (`elision_of`)."""
+    return elision_of(word) is True
 
 
 def elision_errors(text: str) -> list[str]:
     """Elision broken anywhere in a French text: "la écran", "de un" (elision due, ce/cet
     aside), "l'Korvalo", "qu'le" (elided before a consonant); each as its two words."""
     found = []
-    for m in re.finditer(r"(?<![\w'’-])(\w+)\s+(\w+)", text):
-        first, second = m.group(1).lower(), m.group(2)
+    for m in re.finditer(r"(?<![\w'’-])(\w+)(?=(\s+)(\w+))", text):
+        first, second = m.group(1).lower(), m.group(3)
         if first in _ELIDABLE - {"ce"} and takes_elision(second) and second.lower() != "à":
-            found.append(m.group())
+            found.append(m.group(1) + m.group(2) + second)
     for m in re.finditer(_ELIDED + r"(\w+)", text, re.IGNORECASE):
-        if _consonant(m.group(2)):
+        if elision_of(m.group(2)) is False:
             found.append(m.group())
     return found
 
@@ -170,31 +184,40 @@ def _before(text: str, start: int) -> tuple[str, str]:
     return word, prev.group(1).lower() if prev else ""
 
 
+def _elision_checks(word: str, vowel: bool | None) -> list[tuple[str, bool]]:
+    """The checks on the word before a term that depend on how the term starts: elided or
+    not, ce/cet, du/au against de l'/à l' (none when the rules cannot tell)."""
+    if vowel is None:
+        return []
+    if word.endswith("'"):
+        return [("elision", vowel)]
+    if word in _ELIDABLE - {"ce"}:
+        return [("elision", not vowel)]
+    if word in ("ce", "cet"):
+        return [("ce/cet", (word == "cet") == vowel)]
+    if word in ("du", "au"):
+        return [("contraction", not vowel)]
+    return []
+
+
 def term_checks(text: str, term: str, spec: str | None = None) -> list[tuple[str, bool]]:
     """(kind, passed) of each rule checked at each occurrence of `term` in a French text: the
     elision of the word before it, ce/cet, du/au, and the determiner's gender and number
     against `spec` (the glossary's column)."""
     gender, number = features(spec)
-    vowel = takes_elision(term.split()[0])
+    vowel = elision_of(term.split()[0])
     checks: list[tuple[str, bool]] = []
     for m in _pattern(term).finditer(text):
         word, prev = _before(text, m.start())
         if word.endswith("'") and word != "l'" and word[:-1] not in {"d", "qu", "j", "n", "s"}:
             continue  # "aujourd'", "c'": no article
-        if word.endswith("'"):
-            checks.append(("elision", vowel))
-        elif word in _ELIDABLE - {"ce"}:
-            checks.append(("elision", not vowel))
-        if word in ("ce", "cet"):
-            checks.append(("ce/cet", (word == "cet") == vowel))
-        if word in ("du", "au"):
-            checks.append(("contraction", not vowel))
+        checks += _elision_checks(word, vowel)
         if word in ("le", "les") and prev in ("de", "à"):
             checks.append(("contraction", False))  # "de le" → "du", "à les" → "aux"
         if word == "d'":
             continue  # "d'" is a preposition: no determiner
         det_gender, det_number = _DETERMINERS.get(word, (None, None))
-        if word in _MASCULINE_BEFORE_VOWEL and vowel:
+        if word in _MASCULINE_BEFORE_VOWEL and vowel is not False:
             det_gender = None
         if word in _DETERMINERS and gender and det_gender:
             checks.append(("gender", gender == det_gender))
