@@ -191,4 +191,6 @@ def test_elision_is_checked_on_overlapping_pairs_and_not_on_words_it_cannot_tell
     # An acronym, an h the rules do not know, a y: either way is written; nothing flagged.
     assert tm.elision_errors("le format de HTML, le hamster, le yaourt, l'USB, le USB") == []
     assert tm.elision_errors("la heure, le homme") == ["la heure", "le homme"]
+    # "le ou la", "de a à z", "de et": no article before a noun.
+    assert tm.elision_errors("le ou la valeur, de a à z, le en-tête ou la entrée") == ["la entrée"]
     assert tm.term_checks("le Hexbox et l'Hexbox", "Hexbox", "m") == [("gender", True)]

@@ -43,6 +43,8 @@ _MUTE_H = {
     "hommes", "honneur", "hôpital", "horaire", "horizon", "horloge", "hôte", "hôtel", "huile",
     "humain", "humeur", "hypothèse", "hyperlien", "hyperliens", "hypertexte",
 }  # fmt: skip
+# Short words after "le", "de"… that are no noun the article goes with ("le ou la", "de a à z").
+_NOT_NOUNS = {"à", "a", "ou", "où", "et", "en", "e", "i", "o", "u"}
 _ELIDABLE = {"le", "la", "de", "que", "ce", "je", "ne", "se", "me", "te"}
 _ELIDED = r"(?<!\w)(l|d|qu|j|n|s|c|m|t|jusqu|lorsqu|puisqu)['’]"
 # Determiner → (gender, number); None: either.
@@ -161,7 +163,8 @@ def elision_errors(text: str) -> list[str]:
     found = []
     for m in re.finditer(r"(?<![\w'’-])(\w+)(?=(\s+)(\w+))", text):
         first, second = m.group(1).lower(), m.group(3)
-        if first in _ELIDABLE - {"ce"} and takes_elision(second) and second.lower() != "à":
+        after = second.lower()
+        if first in _ELIDABLE - {"ce"} and takes_elision(second) and after not in _NOT_NOUNS:
             found.append(m.group(1) + m.group(2) + second)
     for m in re.finditer(_ELIDED + r"(\w+)", text, re.IGNORECASE):
         if elision_of(m.group(2)) is False:
