@@ -34,6 +34,16 @@ def _norm(spec, norm: torch.nn.LayerNorm) -> None:
     spec.gamma, spec.beta = _np(norm.weight), _np(norm.bias)
 
 
+def _self_attention_and_ffn(spec, layer, self_norm: torch.nn.LayerNorm) -> None:
+    """The blocks encoder and decoder layers share: self-attention and feed-forward."""
+    _linear(spec.self_attention.linear[0], layer.self_attn.qkv_proj)
+    _linear(spec.self_attention.linear[1], layer.self_attn.out_proj)
+    _norm(spec.self_attention.layer_norm, self_norm)
+    _linear(spec.ffn.linear_0, layer.ffn.up)
+    _linear(spec.ffn.linear_1, layer.ffn.down)
+    _norm(spec.ffn.layer_norm, layer.ffn_block.norm)
+
+
 def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], special=None):
     """A CTranslate2 TransformerSpec holding `model`'s weights and vocabularies; `special`
     (SpecialIds) names its special tokens (default: the project's <s>, </s>, <unk>)."""
@@ -56,25 +66,15 @@ def transformer_spec(model, src_pieces: list[str], tgt_pieces: list[str], specia
     enc.embeddings[0].weight = _np(model.src_embed.weight)
     enc.position_encodings.encodings = positions
     for layer, src in zip(enc.layer, model.encoder_layers):
-        _linear(layer.self_attention.linear[0], src.self_attn.qkv_proj)
-        _linear(layer.self_attention.linear[1], src.self_attn.out_proj)
-        _norm(layer.self_attention.layer_norm, src.attn_block.norm)
-        _linear(layer.ffn.linear_0, src.ffn.up)
-        _linear(layer.ffn.linear_1, src.ffn.down)
-        _norm(layer.ffn.layer_norm, src.ffn_block.norm)
+        _self_attention_and_ffn(layer, src, src.attn_block.norm)
     dec.embeddings.weight = _np(model.tgt_embed.weight)
     dec.position_encodings.encodings = positions
     for layer, src in zip(dec.layer, model.decoder_layers):
-        _linear(layer.self_attention.linear[0], src.self_attn.qkv_proj)
-        _linear(layer.self_attention.linear[1], src.self_attn.out_proj)
-        _norm(layer.self_attention.layer_norm, src.self_block.norm)
+        _self_attention_and_ffn(layer, src, src.self_block.norm)
         _linear(layer.attention.linear[0], src.cross_attn.q_proj)
         _linear(layer.attention.linear[1], src.cross_attn.kv_proj)
         _linear(layer.attention.linear[2], src.cross_attn.out_proj)
         _norm(layer.attention.layer_norm, src.cross_block.norm)
-        _linear(layer.ffn.linear_0, src.ffn.up)
-        _linear(layer.ffn.linear_1, src.ffn.down)
-        _norm(layer.ffn.layer_norm, src.ffn_block.norm)
     if cfg.norm_first:  # pre-norm stacks end with a norm (model.encoder_norm/decoder_norm)
         _norm(enc.layer_norm, model.encoder_norm)
         _norm(dec.layer_norm, model.decoder_norm)
