@@ -151,6 +151,13 @@ def test_the_report_holds_every_metric_and_prints_them():
         "derailment",
     }
     lines = tm.describe(report)
+    assert "length" not in lines[3]  # no plain output given
+    with_plain = tm.describe(
+        tm.term_report(
+            ["Le montant."], ["Le montant."], [["montant"]], plains=["Un grand montant x."]
+        )
+    )
+    assert with_plain[3].endswith("; length ratio to plain 0.50, lines off: 1")
     assert lines[0].startswith("term success: surface 100.0%, lemma 100.0% of 1 terms")
     assert "agreement at terms: 50.0% of 2 checks (1 failed)" in lines[1]
 

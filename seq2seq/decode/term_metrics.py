@@ -399,6 +399,11 @@ def describe(report: dict) -> list[str]:
         f"±{w} {o['overlap']:.3f}" if o["overlap"] is not None else f"±{w} –"
         for w, o in report["window_overlap"].items()
     )
+    length = (
+        f"; length ratio to plain {d['length_ratio']:.2f}, lines off: {d['lines_length_off']}"
+        if d["length_ratio"] is not None
+        else ""
+    )
     return [
         f"term success: surface {100 * s['surface']:.1f}%, lemma {100 * s['lemma']:.1f}% "
         f"of {s['terms']} terms",
@@ -407,5 +412,5 @@ def describe(report: dict) -> list[str]:
         f"chrF2, terms masked = {report['masked_chrf']:.2f}; window overlap {windows}",
         f"derailment: {d['lines_repeated_ngrams']} lines repeat n-grams, "
         f"{d['terms_after_final_mark']} terms after the final mark, "
-        f"{d['lines_fragments']} lines with fragments",
+        f"{d['lines_fragments']} lines with fragments{length}",
     ]
