@@ -187,6 +187,7 @@ def test_scored_rows_hold_the_naive_and_the_repaired_reference():
             "injected": "Entrez la montant dans la croisée.",
             "repaired": "Entrez le montant dans la croisée.",
             "terms": ["montant", "croisée"],
+            "usual": ["valeur", "fenêtre"],
         }
     ]
 
