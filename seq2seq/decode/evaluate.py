@@ -259,19 +259,22 @@ def evaluate(
     }
     if glossary is not None or constraints is not None:
         terms = constraints or [glossary.terms_in(line) for line in sources]
-        report["terminology"] = term_use(hypotheses, terms)
-        report["term_metrics"] = term_report(
-            hypotheses,
-            references,
-            terms,
-            specs=_term_specs(glossary, terms),
-            plains=base_report["hypotheses"] if base_report is not None else None,
-        )
+        report |= _terminology(hypotheses, references, terms, glossary, base_report)
     if base_report is not None:
         report["comparison"] = _comparison(base_report, hypotheses, references, baseline)
     path = Path(report_path) if report_path else out_dir / f"{name}.json"
     _write_report(report, path)
     return report
+
+
+def _terminology(hypotheses, references, terms, glossary, base_report) -> dict[str, Any]:
+    """The term use and the term metrics (a baseline's hypotheses as the plain output)."""
+    plains = base_report["hypotheses"] if base_report is not None else None
+    specs = _term_specs(glossary, terms)
+    return {
+        "terminology": term_use(hypotheses, terms),
+        "term_metrics": term_report(hypotheses, references, terms, specs=specs, plains=plains),
+    }
 
 
 def _term_specs(glossary: Glossary | None, terms: list[list[str]]) -> dict[str, str]:
