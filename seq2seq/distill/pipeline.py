@@ -63,11 +63,6 @@ class DistillResult:
     left: int = 0  # chunks other shards still have to make
 
 
-def distill_directory(cfg: Config) -> Path:
-    """Where a student's distilled corpus goes: its run directory's `distill/`."""
-    return Path(cfg.run_dir) / "distill"
-
-
 def read_parts(cfg: Config, mono: tuple[Path, ...]) -> list[Part]:
     """The student's training corpus (with its references) and the monolingual source files,
     each read and checked whole before anything is decoded."""
@@ -94,7 +89,7 @@ def _read_text(path: Path) -> list[str]:
 def distill(cfg: Config, opts: DistillOptions) -> DistillResult:
     """Distil the student's data (config `cfg`) with the teacher: this shard's chunks that are
     not on disk yet, then, when every chunk is there and this is the only shard, the corpus."""
-    directory = distill_directory(cfg)
+    directory = Path(cfg.run_dir) / "distill"  # the student's distilled corpus
     parts = read_parts(cfg, opts.mono)
     languages = _teacher_languages(cfg, opts)
     chunks = plan(parts, opts.chunk_lines)

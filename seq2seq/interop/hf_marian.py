@@ -405,14 +405,10 @@ def _tokenizer_config(hf, tok_json, src_vocab, tgt_vocab, separate, folder) -> T
     )
 
 
-def _generation_settings(folder: Path, hf: dict) -> dict:
-    path = folder / "generation_config.json"
-    return {**hf, **(read_json(path) if path.is_file() else {})}
-
-
 def decode_config(folder: Path, hf: dict) -> DecodeConfig:
     """Beam size and length penalty of the generation config; HF's len^α normalisation."""
-    generation = _generation_settings(folder, hf)
+    path = folder / "generation_config.json"
+    generation = {**hf, **(read_json(path) if path.is_file() else {})}
     # HF divides beam scores by len^α (`length`), not GNMT's ((5+len)/6)^α: the imported run
     # ranks hypotheses as `generate` does, so their beam outputs are the same.
     decode = DecodeConfig().model_copy(update={"length_norm": "length", "length_penalty": 1.0})

@@ -178,7 +178,7 @@ def load_weights(model: nn.Module, path: Path) -> None:
             + more
         )
     try:
-        load_model(model, str(path), strict=True, device=str(_device_of(model)))
+        load_model(model, str(path), strict=True, device=str(next(model.parameters()).device))
     except RuntimeError as e:
         raise UserError(f"{path} does not fit this model: {e}") from None
 
@@ -236,10 +236,6 @@ def imported_from(weights: Path) -> str | None:
     """Where a checkpoint's weights were imported from (its `imported_from` metadata), if they
     were imported rather than trained."""
     return _metadata(weights).get(IMPORTED_FROM)
-
-
-def _device_of(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
 
 
 def load_state(path: Path) -> dict[str, Any]:
