@@ -713,7 +713,7 @@ class DecodeConfig(_Strict):
         0, description="Seed of `sampling`: the same input, settings and seed, the same output."
     )
     term_mode: Literal["place", "constrain", "annotate", "both"] = Field(
-        "constrain",
+        "place",
         description="How a glossary's terms reach the translation: `place`, the plain beam, "
         "then each missing term put where its source term was translated and the grammar "
         "around it repaired (constrained beam search where no place is found); `constrain`, "

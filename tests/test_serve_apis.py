@@ -129,9 +129,9 @@ def test_the_glossary_field_takes_term_pairs_or_tsv_lines(server):
     body = {"q": "I have three cats.", "source": "en", "target": "fr"}
     pairs = server.client.post("/translate", json={**body, "glossary": [["cats", "chats"]]})
     assert pairs.status_code == 200, pairs.text
-    assert "chats" in pairs.json()["translatedText"]
+    assert "chats" in pairs.json()["translatedText"].lower()
     form = server.client.post("/translate", data={**body, "glossary": "cats\tchats\n"})
-    assert form.status_code == 200 and "chats" in form.json()["translatedText"]
+    assert form.status_code == 200 and "chats" in form.json()["translatedText"].lower()
 
 
 def test_a_text_in_no_loaded_language_is_detected_as_the_model_source_with_confidence_0(server):
@@ -262,7 +262,7 @@ def test_the_deepl_client_translates_lists_languages_and_uses_a_glossary(server)
     kept = client.translate_text(
         "I have three cats.", source_lang="EN", target_lang="FR", glossary=glossary
     )
-    assert "chats" in kept.text
+    assert "chats" in kept.text.lower()
     tagged = client.translate_text(
         "<p>I have <b>three</b> cats.</p>", target_lang="FR", tag_handling="html"
     )
@@ -649,5 +649,5 @@ def test_the_pages_script_fills_the_pickers_and_shows_each_sentence_with_its_con
         "I have three cats.",
         "It is five.",
     ]
-    assert "chats" in page["rows"][0][1] and page["rows"][1][1]
+    assert "chats" in page["rows"][0][1].lower() and page["rows"][1][1]
     assert all(row[2].endswith("%") and 0 <= int(row[2][:-1]) <= 100 for row in page["rows"])

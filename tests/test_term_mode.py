@@ -57,8 +57,7 @@ def test_both_annotates_and_keeps_the_constraints(marked):
     assert wanted == ["bouton-poussoir", "croisée"]
 
 
-def test_constrain_is_the_default_and_leaves_the_source_as_it_is(marked):
-    assert DecodeConfig().term_mode == "constrain"
+def test_constrain_leaves_the_source_as_it_is(marked):
     text, source = _seen(marked, "constrain")
     assert "<t>" not in text and len(source.constraints[0]) == 2
 

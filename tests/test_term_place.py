@@ -16,7 +16,8 @@ from seq2seq.decode.term_lexicon import TermLexicon
 from seq2seq.decode.term_place import Hit, Span, locate, written
 from seq2seq.decode.translator import PLACE_FALLBACK_BEAM, Translator
 from tests.constrained_cases import TERM_PAIRS
-from tests.factories import tiny_translator
+from tests.factories import tiny_translator, untrained_run
+from tests.runs import cli
 
 PLACE = DecodeConfig(term_mode="place", split_sentences=False)
 
@@ -129,3 +130,19 @@ def test_a_tag_around_a_source_term_ends_up_around_the_placed_term(tiny, scripte
     line = "Click the <b>window</b> twice."
     (found,) = translate_tagged(t, [line], Annotation(alignments=True), "xml")
     assert found.text == "Cliquez sur le <b>volet</b> deux fois."
+
+
+def test_translate_with_a_glossary_places_terms_by_default(tmp_path, monkeypatch):
+    assert DecodeConfig().term_mode == "place"
+    run = untrained_run(tmp_path, TERM_PAIRS[:8])
+    (tmp_path / "g.tsv").write_text("window\tcroisée\n")
+    (tmp_path / "in.txt").write_text("The window is open.\n")
+    called = []
+    place = translator_module.TermPlacer.place
+    monkeypatch.setattr(
+        translator_module.TermPlacer,
+        "place",
+        lambda self, *a: called.append(1) or place(self, *a),
+    )
+    cli("translate", "--run", run, "--glossary", tmp_path / "g.tsv", "-i", tmp_path / "in.txt")
+    assert called

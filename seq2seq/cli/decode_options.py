@@ -81,9 +81,11 @@ class DecodeOptions:
     term_mode: Annotated[
         str | None,
         typer.Option(
-            help="How --glossary terms reach the translation: constrain (constrained beam "
+            help="How --glossary terms reach the translation: place (the plain beam, each "
+            "missing term put where its source term was translated and the grammar around it "
+            "repaired; constrained where no place is found), constrain (constrained beam "
             "search), annotate (the source annotated inline with them, plain beam: a run trained "
-            "with data.augment.terms) or both (default: the run's decode.term_mode, constrain).",
+            "with data.augment.terms) or both (default: the run's decode.term_mode, place).",
         ),
     ] = None
     constraints: Annotated[

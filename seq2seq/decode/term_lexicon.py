@@ -89,7 +89,9 @@ class TermLexicon:
         )
 
 
-def lexicon_of(run_dir: Path, train_src: Path | None, train_tgt: Path | None) -> TermLexicon:
+def lexicon_of(
+    run_dir: Path, train_src: Path | None = None, train_tgt: Path | None = None
+) -> TermLexicon:
     """A run's lexicon: its term_dictionary.tsv if kept, its training files if readable."""
     files = None
     if train_src is not None and train_tgt is not None:

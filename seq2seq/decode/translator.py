@@ -140,8 +140,7 @@ class Translator:
         segments, owner, terms, places = self.terms.split(
             lines, constraints, glossary, options, **at
         )
-        placing = options.term_mode == "place" and constraints is None
-        if any(terms) and options.beam_size < 2 and not placing:
+        if any(terms) and options.beam_size < 2:
             raise UserError("terminology constraints need a beam size of at least 2 (--beam 4)")
         numbers = [first_line + i for i in owner]
         most = self.max_src_len if truncate else None  # serve refuses (413) instead of cutting
@@ -383,7 +382,7 @@ def load_translator(
         glossary=glossary,
         guided_head=None if guided is None else (guided.layer, guided.head),
         shortlist=load_shortlist(run_dir, run.tokenizer).to(dev) if shortlist else None,
-        lexicon=lexicon_of(run_dir, data.train.src, data.train.tgt),
+        lexicon=lexicon_of(run_dir, *((data.train.src, data.train.tgt) if data.train else ())),
     )
     if src_lang or tgt_lang:  # a many-language model's direction
         translator.src_lang, translator.tgt_lang = translator.languages(src_lang, tgt_lang)
