@@ -475,8 +475,9 @@ def preferred(args) -> None:
     print(f"glossary: {len(entries)} terms; {found} pairs with a term, {len(rows)} scored")
     made_up = {e[2] for e in entries if e[2] in MADE_UP}
     specs = {e[2]: e[3] for e in entries}
+    references = reference_figures(rows, read_checked())  # before scoring: rows get "checked"
     report = score_preferred(translator, rows, made_up, glossary, args.term_mode, specs)
-    report["references"] = reference_figures(rows, read_checked())
+    report["references"] = references
     report["glossary"] = [list(e) for e in entries]
     report["pairs"] = {"first": args.first, "last": args.last, "with_a_term": found}
     (args.out / "preferred.json").write_text(

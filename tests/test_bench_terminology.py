@@ -219,3 +219,18 @@ def test_a_term_mode_this_version_does_not_take_is_skipped():
     assert bench.mode_accepted("constrain")
     assert not bench.mode_accepted("nonsense")
     assert bench.term_modes("constrain,place") == ("constrain", "place")
+
+
+def test_the_figures_score_against_naive_repaired_and_hand_checked_references():
+    rows = [
+        {"src": "a", "injected": "Entrez la montant.", "repaired": "Entrez le montant."}
+        | {"terms": ["montant"], "checked": "Entrez le montant."},
+        {"src": "b", "injected": "La croisée.", "repaired": "La croisée.", "terms": ["croisée"]},
+    ]
+    outputs = ["Entrez le montant.", "La croisée."]
+    figures = bench.mode_figures(outputs, rows, set(), ["Entrez la valeur.", "La croisée."])
+    assert figures["bleu_checked"] == pytest.approx(100.0)
+    assert figures["bleu_repaired"] == pytest.approx(100.0)
+    assert figures["bleu_injected"] < 100.0
+    assert figures["held_by_plain"] == {"lines": 1, "identical": 1}
+    assert figures["term_success"]["surface"] == 1.0
