@@ -80,16 +80,18 @@ def _has_words(segment: str) -> bool:
         return any(c.isalpha() for c in segment)
 
 
-def _translate_chunk(translator, chunk: list[str], options: dict, report: Report) -> dict[str, str]:
-    """Translations of the segments of `chunk` that can be translated (the others counted);
-    `options`: `Translator.prepare`'s glossary and languages (None: the translator's)."""
+def ready_segments(
+    translator, chunk: list[str], report: Report, options=None, **prepare
+) -> list[tuple[str, Marked, Source]]:
+    """The segments of `chunk` parsed and prepared (`Translator.prepare`'s `options` and keywords),
+    those that cannot be translated left out and counted in `report`."""
     parsed: list[tuple[str, Marked]] = []
     for segment in chunk:
         try:
             parsed.append((segment, parse(segment, "xml")))
         except MalformedMarkup:  # a format module's bug, not the user's: the text stays
             _kept(report, FAILED)
-    sources = translator.prepare([m.text for _, m in parsed], truncate=False, **options)
+    sources = translator.prepare([m.text for _, m in parsed], options, truncate=False, **prepare)
     ready: list[tuple[str, Marked, Source]] = []
     for (segment, marked), source in zip(parsed, sources):
         why = _untranslatable(translator, source)
@@ -97,6 +99,13 @@ def _translate_chunk(translator, chunk: list[str], options: dict, report: Report
             ready.append((segment, marked, source))
         else:
             _kept(report, why)
+    return ready
+
+
+def _translate_chunk(translator, chunk: list[str], options: dict, report: Report) -> dict[str, str]:
+    """Translations of the segments of `chunk` that can be translated (the others counted);
+    `options`: `Translator.prepare`'s glossary and languages (None: the translator's)."""
+    ready = ready_segments(translator, chunk, report, **options)
     try:
         return _translated(translator, ready)
     except Exception as e:  # noqa: BLE001  one bad segment must not sink its batch: one by one

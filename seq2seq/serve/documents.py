@@ -26,9 +26,10 @@ from pathlib import Path
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.glossary import Glossary
-from seq2seq.decode.markup import MalformedMarkup, Marked, parse
+from seq2seq.decode.markup import MalformedMarkup, parse
 from seq2seq.decode.segments import Source
 from seq2seq.document.formats import FORMATS, REFUSED, format_of, reader, supported
+from seq2seq.document.translate import Report, ready_segments
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
 from seq2seq.serve.batcher import Batcher, Hypotheses, QueueFull, Stopped
@@ -292,28 +293,16 @@ def decoder(engine, languages: Languages, stopping: Callable[[], bool]):
 
 def _chunk(engine, chunk: list[str], languages: Languages, options) -> dict[str, str]:
     """Translations of the chunk's segments that can be translated."""
-    translator = engine.translator
-    parsed: list[tuple[str, Marked]] = []
-    for segment in chunk:
-        try:
-            parsed.append((segment, parse(segment, "xml")))
-        except MalformedMarkup:  # a format module's bug, not the client's: the text stays
-            continue
-    sources = translator.prepare(
-        [m.text for _, m in parsed],
+    found = ready_segments(
+        engine.translator,
+        chunk,
+        Report(),
         options,
         glossary=languages.glossary,
         src_lang=languages.src_lang,
         tgt_lang=languages.tgt_lang,
-        truncate=False,
     )
-    unk = translator.tokenizer.ids.unk
-    ready = [
-        (segment, replace(source, marked=marked))
-        for (segment, marked), source in zip(parsed, sources)
-        if source.segments
-        and all(len(seq) <= translator.max_src_len and unk not in seq for seq in source.segments)
-    ]
+    ready = [(segment, replace(source, marked=marked)) for segment, marked, source in found]
     batcher = engine.state.batcher
     if batcher is None:
         raise UserError("the model is not loaded yet")
