@@ -6,8 +6,6 @@ format's own rebuild, as `translate_document` does with a model's output.
 
 from __future__ import annotations
 
-import html
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -16,26 +14,10 @@ import polib
 import pytest
 from lxml import etree
 
-from seq2seq.decode.markup import parse
 from seq2seq.document import htmlpage, markdown, plaintext, po, subtitles, xliff
 from seq2seq.document.formats import format_of, reader
 from seq2seq.errors import UserError
-
-
-def shout(segment: str) -> str:
-    """A stub translation: the text upper-cased, the tags as they were."""
-    return re.sub(
-        r"(<[^>]+>)|([^<]+)",
-        lambda m: m.group(1) or html.escape(html.unescape(m.group(2)).upper(), quote=False),
-        segment,
-    )
-
-
-def translated(read, data: bytes) -> tuple[list[str], bytes]:
-    document = read(data)
-    for segment in document.segments:
-        parse(segment, "xml")  # every segment is well-formed for the tag machinery
-    return document.segments, document.rebuild([shout(s) for s in document.segments])
+from tests.document_cases import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, translated
 
 
 def test_plain_text_keeps_paragraphs_and_blank_lines():
@@ -273,26 +255,6 @@ def test_po_of_one_line_is_not_read_as_a_path():
         po.read(b"/etc/hostname")
 
 
-XLIFF_12 = b"""<?xml version="1.0" encoding="UTF-8"?>
-<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
- <file source-language="en" target-language="fr" datatype="plaintext" original="app">
-  <body>
-   <trans-unit id="1"><source>Press <g id="1">Save</g> now<x id="2"/>.</source></trans-unit>
-   <trans-unit id="2"><source>Done</source><target>Fait</target></trans-unit>
-   <trans-unit id="3"><source><bx id="3"/>Bold<ex id="3"/> text <ph id="4">%s</ph></source>
-   </trans-unit>
-  </body>
- </file>
-</xliff>
-"""
-
-XLIFF_2 = b"""<?xml version="1.0" encoding="UTF-8"?>
-<xliff xmlns="urn:oasis:names:tc:xliff:document:2.0" version="2.0" srcLang="en" trgLang="fr">
- <file id="f1"><unit id="u1"><segment><source>Click <pc id="1">here</pc> <ph id="2"/></source>
- </segment></unit></file>
-</xliff>
-"""
-
 NS_12 = {"x": "urn:oasis:names:tc:xliff:document:1.2"}
 NS_2 = {"x": "urn:oasis:names:tc:xliff:document:2.0"}
 
@@ -326,18 +288,6 @@ def test_xliff_text_marked_not_to_translate_stays_as_it_was():
     assert segments == ["Click <g1>here</g1> <x3/> <x4/>"]
     target = etree.fromstring(out).find(".//x:segment/x:target", NS_2)
     assert '<mrk id="m" translate="no">Acme Box</mrk>' in etree.tostring(target, encoding=str)
-
-
-XLIFF_SEGMENTED = b"""<?xml version="1.0" encoding="UTF-8"?>
-<xliff version="1.2" xmlns="urn:oasis:names:tc:xliff:document:1.2">
- <file source-language="en" target-language="fr" datatype="plaintext" original="app"><body>
-  <trans-unit id="1"><source>First one. Second <g id="1">one</g>.</source>
-   <seg-source><mrk mtype="seg" mid="1">First one.</mrk> <mrk mtype="seg" mid="2">Second \
-<g id="1">one</g>.</mrk></seg-source>
-  </trans-unit>
- </body></file>
-</xliff>
-"""
 
 
 def test_xliff_12_seg_source_sentences_fill_their_own_mrk_in_the_target():

@@ -12,7 +12,7 @@ import pytest
 from lxml import etree
 
 from seq2seq.document import xliff
-from tests.test_documents import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, translated
+from tests.document_cases import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, translated
 
 SCHEMAS = Path(__file__).parent / "data" / "xliff"
 
