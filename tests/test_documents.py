@@ -17,7 +17,7 @@ from lxml import etree
 from seq2seq.document import htmlpage, markdown, plaintext, po, subtitles, xliff
 from seq2seq.document.formats import format_of, reader
 from seq2seq.errors import UserError
-from tests.document_cases import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, translated
+from tests.document_cases import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, shout, translated
 
 
 def test_plain_text_keeps_paragraphs_and_blank_lines():
@@ -356,3 +356,19 @@ def test_unknown_extension_and_format_are_errors():
         format_of(Path("a.bin"))
     with pytest.raises(UserError, match="unknown format 'rtf'"):
         format_of(Path("a.txt"), "rtf")
+
+
+def _with_target_language(sample: bytes, lang: str) -> bytes:
+    """An XLIFF sample whose target language is `lang` (empty: none named), rebuilt naming "fr"."""
+    for named in (b' trgLang="fr"', b' target-language="fr"'):
+        sample = sample.replace(named, named.replace(b'"fr"', b'"%s"' % lang) if lang else b"")
+    document = xliff.read(sample)
+    document.target_lang = "fr"
+    return document.rebuild([shout(s) for s in document.segments])
+
+
+def test_xliff_targets_are_named_in_the_target_language_unless_the_file_names_one():
+    assert b'trgLang="fr"' in _with_target_language(XLIFF_2, "")
+    assert b'target-language="fr"' in _with_target_language(XLIFF_12, "")
+    assert b'trgLang="de"' in _with_target_language(XLIFF_2, b"de")
+    assert b'target-language="de"' in _with_target_language(XLIFF_12, b"de")

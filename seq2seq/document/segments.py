@@ -16,7 +16,10 @@ class Document:
     self-closing tags). `rebuild(translations)` takes one translation per segment, in order,
     carrying the same tags, and returns the whole file's bytes. Every format module exposes
     `read(data: bytes) -> Document` and raises `seq2seq.errors.UserError` for bad input.
+    `target_lang`, set before `rebuild` when known, is written where the format names it
+    (XLIFF: a file that holds targets must say their language).
     """
 
     segments: list[str]
     rebuild: Callable[[list[str]], bytes]
+    target_lang: str = ""

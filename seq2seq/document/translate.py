@@ -70,6 +70,7 @@ def translate_document(
         if progress is not None:
             progress(len(chunk), len(texts))
     report.translated = sum(1 for s in texts if s in done)
+    document.target_lang = translator.languages(src_lang, tgt_lang)[1]
     return document.rebuild([done.get(s, s) for s in document.segments]), report
 
 

@@ -34,6 +34,7 @@ def read(data: bytes) -> Document:
     found = [_segment(source) for source, *_ in units]
 
     def rebuild(translations: list[str]) -> bytes:
+        _name_target_language(root, ns, document.target_lang)
         for (source, holder, seg), (_, codes), t in zip(units, found, translations):
             target = _target(source, holder, ns) if not seg else _seg_target(source, holder)
             _fill(target, decode(t, codes))
@@ -46,7 +47,22 @@ def read(data: bytes) -> Document:
                 holder.set("subState", "seq2seq:mt")
         return write_xml(tree, data)
 
-    return Document([segment for segment, _ in found], rebuild)
+    document = Document([segment for segment, _ in found], rebuild)
+    return document
+
+
+def _name_target_language(root, ns: str, lang: str) -> None:
+    """XLIFF 2 requires `trgLang` once there are targets; 1.2's `target-language` is optional but
+    what tools read. A language the file already names is kept."""
+    if not lang:
+        return
+    if ns == NS_2:
+        if not root.get("trgLang"):
+            root.set("trgLang", lang)
+        return
+    for file in root.iter(f"{{{ns}}}file"):
+        if not file.get("target-language"):
+            file.set("target-language", lang)
 
 
 def _untranslated(root, ns: str) -> Iterator[tuple[etree._Element, etree._Element, bool]]:

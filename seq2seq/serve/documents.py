@@ -286,6 +286,8 @@ def decoder(engine, languages: Languages, stopping: Callable[[], bool]):
             chunk = job.read.texts[at : at + CHUNK]
             done.update(_chunk(engine, chunk, languages, options))
             job.done = at + len(chunk)
+        asked = (languages.src_lang, languages.tgt_lang)
+        document.target_lang = engine.translator.languages(*asked)[1]
         return document.rebuild([done.get(s, s) for s in document.segments])
 
     return translate
