@@ -566,7 +566,7 @@ def score_preferred(
         if not mode_accepted(mode):
             report["skipped"][mode] = "this version's decode.term_mode does not take it"
             continue
-        outputs, seconds, applied = glossary_outputs(translator, lines, glossary, mode)
+        outputs, seconds, applied, stats = glossary_outputs(translator, lines, glossary, mode)
         for row, out in zip(rows, outputs):
             row[mode] = out
         report["modes"][mode] = {
@@ -575,23 +575,34 @@ def score_preferred(
             "plain_bleu": report["plain"]["plain_bleu"],
             "sentences_per_s": len(rows) / seconds,
             "speed_vs_plain": plain_s / seconds,
-            "fallback_share": None,  # the translator reports no fallback count (yet)
+            "term_stats": stats,
+            "fallback_share": fallback_share(stats),
         }
     report["outputs"] = rows
     return report
 
 
 def glossary_outputs(translator, lines: list[str], glossary, mode: str):
-    """Outputs with the glossary applied as `mode` says, their seconds, and the mode applied
-    (a run not trained with terms constrains instead of annotating)."""
+    """Outputs with the glossary applied as `mode` says, their seconds, the mode applied (a run
+    not trained with terms constrains instead of annotating) and the term counts of the place
+    mode (`Translator.term_stats`: held, placed, fallback) over this decode."""
     t, options = translator, translator.options.model_copy(update={"term_mode": mode})
     t.translate_sources(
         t.prepare(lines[:8], options, glossary=glossary), options=options
     )  # warm-up
+    before = Counter(t.term_stats)
     start = time.perf_counter()
     found = t.translate_sources(t.prepare(lines, options, glossary=glossary), options=options)
     seconds = time.perf_counter() - start
-    return [best[0][0] for best in found], seconds, t.terms.mode(options)
+    stats = dict(Counter(t.term_stats) - before)
+    return [best[0][0] for best in found], seconds, t.terms.mode(options), stats
+
+
+def fallback_share(stats: dict) -> float | None:
+    """Of the segments with terms the place mode handled (held, placed, or left to the
+    constrained beam: `Translator.term_stats`), the share left to the constrained beam."""
+    total = sum(stats.get(k, 0) for k in ("held", "placed", "fallback"))
+    return stats.get("fallback", 0) / total if total else None
 
 
 def mode_figures(
@@ -661,9 +672,14 @@ def table(report: dict) -> str:
     p = report["plain"]
     lines.append(
         f"\nplain against the original references: BLEU {p['plain_bleu']:.1f}, chrF with the "
-        f"usual translations masked {p['plain_masked_chrf']:.1f}; the fallback's share (terms "
-        "the place mode leaves to the constrained beam): not reported by this version"
+        f"usual translations masked {p['plain_masked_chrf']:.1f}"
     )
+    for mode, m in report["modes"].items():
+        if m.get("fallback_share") is not None:
+            lines.append(
+                f"{mode}: {m['fallback_share']:.1%} of the segments with terms left to the "
+                f"constrained beam ({m['term_stats']})"
+            )
     lines += [f"{mode}: skipped ({why})" for mode, why in report.get("skipped", {}).items()]
     return "\n".join(lines)
 

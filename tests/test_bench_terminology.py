@@ -137,6 +137,12 @@ def test_each_term_mode_is_a_row_and_a_run_without_markers_says_it_constrained(t
     assert "| annotate (as constrain) | 100.0% |" in bench.table(report)
     assert report["modes"]["constrain"]["term_success"]["surface"] == 1.0
     assert report["modes"]["constrain"]["speed_vs_plain"] > 0
+    assert report["modes"]["constrain"]["fallback_share"] is None  # nothing placed
+
+
+def test_the_fallback_share_is_of_the_segments_with_terms():
+    assert bench.fallback_share({"held": 5, "placed": 3, "fallback": 2}) == pytest.approx(0.2)
+    assert bench.fallback_share({}) is None
 
 
 SPECS = {"montant": "m sg", "montants": "m pl", "Korvalo": "m sg", "intervalle": "m sg"}
