@@ -73,13 +73,17 @@ class TermPlacer:
         links = self._links(
             [segments[j] for j, *_ in todo], [found[j][0] for j, *_ in todo], options
         )
+        done = []
         for (j, text, missing), pairs in zip(todo, links):
             placed = self._place_one(segments[j], text, missing, pairs, options)
             if placed is None:
                 fallback.append(j)
-                continue
-            stats["placed"] += 1
-            found[j] = [self._rescored(segments[j], *placed, options), *found[j][1:]]
+            else:
+                done.append((j, *placed))
+        rescored = self._rescored([segments[j] for j, *_ in done], done, options)
+        for (j, *_), hyp in zip(done, rescored):
+            found[j] = [hyp, *found[j][1:]]
+        stats["placed"] += len(done)
         stats["fallback"] += len(fallback)
         return sorted(fallback)
 
@@ -130,12 +134,13 @@ class TermPlacer:
                 return None
             spans.append((span, hit, renderings))
             taken.append((span.start, span.end))
-        choose, written_at = self._chooser(seg.ids, options), []
+        choose, written_at, plain = self._chooser(seg.ids, options), [], text
         for span, hit, renderings in sorted(spans, key=lambda s: -s[0].start):
             plural = hit.number == "pl" or (
                 hit.number is None and plural_span(text, span, renderings)
             )
             term = written(hit.target, text, span, plural, self.table and self.table.plural)
+            term = term if self._spells(term) else hit.target  # "P" of "Parc" may be no piece
             gender = hit.gender or (self.lexicon.gender(hit.target) if self.lexicon else None)
             number = "pl" if plural else "sg"
             placed = Placed(text[: span.start], term, text[span.end :], gender, number)
@@ -145,6 +150,8 @@ class TermPlacer:
                 (h, at + shift, w) for h, at, w in written_at
             ]
             text = fixed.text
+        if not self._spells(text) and self._spells(plain):
+            return None  # a repair the model cannot write: the constrained beam instead
         return text, _placed_links(seg.source, text, written_at)
 
     def _renderings(self, source: str, hit: Hit) -> list[str]:
@@ -161,6 +168,11 @@ class TermPlacer:
         (ids,) = self.translator.tokenizer.encode_tgt([word])
         return len(ids) == 1 and ids[0] != self.translator.tokenizer.ids.unk
 
+    def _spells(self, text: str) -> bool:
+        """Whether the model can write `text` (no piece outside its vocabulary)."""
+        (ids,) = self.translator.tokenizer.encode_tgt([text])
+        return self.translator.tokenizer.ids.unk not in ids
+
     def _chooser(self, src_ids: list[int], options):
         """The model's choice among candidate texts: the highest teacher-forced log-probability."""
 
@@ -172,10 +184,17 @@ class TermPlacer:
 
     def log_probs(self, src_ids: list[int], texts: list[str], options) -> list[float]:
         """Each text's log-probability as the translation of one source, EOS included."""
+        return self.pair_log_probs([list(src_ids)] * len(texts), texts, options)
+
+    def pair_log_probs(self, sources: list[list[int]], texts: list[str], options) -> list[float]:
+        """Each text's log-probability as the translation of its source, EOS included, in
+        the translator's batches."""
         t = self.translator
-        tgt = [[*ids, t.tokenizer.ids.eos] for ids in t.tokenizer.encode_tgt(texts)]
+        tgt = (
+            [[*ids, t.tokenizer.ids.eos] for ids in t.tokenizer.encode_tgt(texts)] if texts else []
+        )
         out = [0.0] * len(texts)
-        for chunk, src in t.batched([list(src_ids)] * len(texts), options):
+        for chunk, src in t.batched(sources, options):
             found = replay(
                 t.model,
                 src,
@@ -188,12 +207,17 @@ class TermPlacer:
                 out[j] = float(sum(r.log_probs))
         return out
 
-    def _rescored(self, seg, text: str, links, options: DecodeConfig) -> PlacedHypothesis:
-        """The placed text as a hypothesis: its tokens, scored teacher-forced."""
-        (tokens,) = self.translator.tokenizer.encode_tgt([text])
-        (lp,) = self.log_probs(seg.ids, [text], options)
-        norm = length_penalty(len(tokens) + 1, options.length_penalty, options.length_norm)
-        return PlacedHypothesis(tokens, lp / norm, lp, links=tuple(links))
+    def _rescored(self, segments, placed, options: DecodeConfig) -> list[PlacedHypothesis]:
+        """Each placed text (`placed`: (segment index, text, links)) as a hypothesis: its
+        tokens, scored teacher-forced on its segment's source, all in one pass."""
+        texts = [text for _, text, _ in placed]
+        scores = self.pair_log_probs([s.ids for s in segments], texts, options)
+        tokens = self.translator.tokenizer.encode_tgt(texts) if texts else []
+        out = []
+        for ids, lp, (_, _, links) in zip(tokens, scores, placed):
+            norm = length_penalty(len(ids) + 1, options.length_penalty, options.length_norm)
+            out.append(PlacedHypothesis(ids, lp / norm, lp, links=tuple(links)))
+        return out
 
 
 def _span_of(text: str, term: str) -> tuple[int, int] | None:
