@@ -146,3 +146,11 @@ def test_translate_with_a_glossary_places_terms_by_default(tmp_path, monkeypatch
     )
     cli("translate", "--run", run, "--glossary", tmp_path / "g.tsv", "-i", tmp_path / "in.txt")
     assert called
+
+
+def test_an_output_word_that_renders_another_source_word_is_not_taken_by_alignment_alone():
+    output, source = "Ouvrez la boîte de dialogue Ouvrir.", "Open the Open Image dialog."
+    hit = Hit(source.index("Image"), source.index("Image") + 5, "illustration")
+    links = {(3, 5)}  # "Image" aligned to "Ouvrir"
+    assert locate(output, source, hit, ["image"], links, avoid=["ouvrir", "open"]) is None
+    assert locate(output, source, hit, ["image"], links) is not None

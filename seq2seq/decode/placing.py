@@ -129,7 +129,8 @@ class TermPlacer:
         taken = [s for s in taken if s is not None]
         for hit in missing:
             renderings = self._renderings(seg.source, hit)
-            span = locate(text, seg.source, hit, renderings, links, taken)
+            avoid = self._others(seg.source, hit, renderings)
+            span = locate(text, seg.source, hit, renderings, links, taken, avoid)
             if span is None:
                 return None
             spans.append((span, hit, renderings))
@@ -160,6 +161,14 @@ class TermPlacer:
         words = source[hit.start : hit.end]
         found = self.lexicon.renderings(words) if self.lexicon else []
         return list(dict.fromkeys([*found, *words.lower().split(), *hit.target.lower().split()]))
+
+    def _others(self, source: str, hit: Hit, renderings: list[str]) -> list[str]:
+        """What the sentence's other source words are written as (their renderings, the words
+        copied): an output word that is one of them translates them, not the term."""
+        rest = source[: hit.start] + " " + source[hit.end :]
+        found = self.lexicon.renderings(rest) if self.lexicon else []
+        words = [w for w in rest.lower().split() if len(w) >= 3]
+        return [w for w in dict.fromkeys([*found, *words]) if w not in renderings]
 
     def _known(self, word: str) -> bool:
         """Whether the model knows a word form: seen in its training text, else one piece."""

@@ -76,10 +76,12 @@ def locate(
     renderings: list[str],
     links: set[tuple[int, int]],
     taken: list[tuple[int, int]] = (),
+    avoid: list[str] = (),
 ) -> Span | None:
     """The output span that translates `hit`'s source term: the word that matches one of its
     `renderings` (aligned to the term if several do), else a content word `links` (source word,
-    output word) align it to; extended over a compound. None when neither finds one."""
+    output word) align it to and that is not a rendering of another source word (`avoid`);
+    extended over a compound. None when neither finds one."""
     words = words_of(output)
     src = set(source_words(source, hit))
     aligned = {j for i, j in links if i in src}
@@ -91,6 +93,7 @@ def locate(
         parts = re.split(r"[-‐]", output[s:e])
         rendered = any(same_word(p, r) for p in parts for r in renderings)
         content = len(output[s:e]) >= 3 and output[s:e].lower() not in _STOP
+        content = content and not any(same_word(p, a) for p in parts for a in avoid)
         score = (
             2.0 * rendered + (ws in aligned and content) - 0.01 * _distance(k, words, src, source)
         )
