@@ -20,7 +20,6 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.errors import ConfigError
-from seq2seq.model.onednn import linear
 
 # Positions a decoder cache makes room for when its caller does not say (it doubles as needed).
 INITIAL_CAPACITY = 16
@@ -155,16 +154,16 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
     ) -> torch.Tensor:
         if memory is None:
-            q, k, v = linear(self.qkv_proj, x).split(self.d_model, dim=-1)
+            q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)
             k, v = self._split_heads(k), self._split_heads(v)
         else:
-            q = linear(self.q_proj, x)
+            q = self.q_proj(x)
             k, v = self.memory_keys_values(memory)
         return self._attend(self._split_heads(q), k, v, mask, causal)
 
     def memory_keys_values(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Cross-attention keys and values of the encoder output, [B, H, S, d_head] each."""
-        k, v = linear(self.kv_proj, memory).split(self.d_model, dim=-1)
+        k, v = self.kv_proj(memory).split(self.d_model, dim=-1)
         return self._split_heads(k), self._split_heads(v)
 
     def step(self, x: torch.Tensor, kv: torch.Tensor, t: int) -> torch.Tensor:
@@ -202,7 +201,7 @@ class MultiHeadAttention(nn.Module):
             causal=causal,
         )
         b, _, t, _ = y.shape
-        return linear(self.out_proj, y.transpose(1, 2).reshape(b, t, self.d_model))
+        return self.out_proj(y.transpose(1, 2).reshape(b, t, self.d_model))
 
     def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -219,7 +218,7 @@ class FeedForward(nn.Module):
         self.activation = ACTIVATIONS[activation]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(self.down, self.activation(linear(self.up, x)))
+        return self.down(self.activation(self.up(x)))
 
 
 class Residual(nn.Module):

@@ -13,7 +13,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from seq2seq.data.tokenizer import PAD_ID
-from seq2seq.model import onednn
 from seq2seq.model.transformer import Transformer
 
 
@@ -56,25 +55,23 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
         # Cast once, outside the chunk loop (the weight is the large one).
         h_all, w = hidden.to(compute), weight.to(compute)
-        products = _Products(h_all, w, bias, chunk, needs_grad)
         accumulate_in_place = compute == torch.float32
         for start in range(0, rows, chunk):
             h, t = h_all[start : start + chunk], target[start : start + chunk, None]
-            z = products.logits(h)
-            # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution,
-            # lse = m + log Σ exp(z − m). One exp over the logits serves the loss and softmax.
-            row_loss = -(1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
-            top = z.amax(1, keepdim=True)
-            torch.exp(torch.sub(z, top, out=z), out=z)
-            total = z.sum(1, keepdim=True)
-            loss += (row_loss + (top + total.log()).squeeze(1)).sum()
+            z = (h @ w.T).float()
+            if bias is not None:
+                z += bias
+            lse = torch.logsumexp(z, dim=1)
+            # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution.
+            row_loss = lse - (1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
+            loss += row_loss.sum()
             if not needs_grad:
                 continue
             # ∂CE_ε/∂z = softmax(z) − (1−ε)·onehot(y) − ε/V, built in place in the logits.
-            z.mul_(total.reciprocal_()).sub_(smoothing / vocab)
+            z.sub_(lse[:, None]).exp_().sub_(smoothing / vocab)
             z.scatter_add_(1, t, z.new_full(t.shape, -(1 - smoothing)))
             if accumulate_in_place:  # no temporaries: write and add straight into the results
-                products.input_grad(z, out=grad_hidden[start : start + chunk])
+                torch.mm(z, w, out=grad_hidden[start : start + chunk])
                 grad_weight.addmm_(z.T, h)
             else:  # bf16/fp16 matmuls; the sum over chunks in float32
                 g = z.to(compute)
@@ -96,34 +93,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
             None,  # compute
             None,  # bias: a constant
         )
-
-
-class _Products:
-    """The chunks' two products with the output layer's weight: logits h·Wᵀ (+ bias) in float32
-    and the input gradient g·W. On CPU in float32 both run on oneDNN's packed copies of W, made
-    once per loss: the row count of a chunk is small, and a plain GEMM would lay out the
-    8k-row weight again for every chunk (onednn.py)."""
-
-    def __init__(self, h, w, bias, chunk: int, needs_grad: bool):
-        self.w, self.bias = w, bias
-        self.packed = self.packed_t = None
-        if onednn.packs(h, w):
-            self.packed = onednn.pack(w, chunk)
-            self.packed_t = onednn.pack(w.t(), chunk) if needs_grad else None
-
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """h·Wᵀ (+ bias), float32."""
-        if self.packed is not None:
-            return onednn.times(h, self.packed, self.bias)
-        z = (h @ self.w.T).float()
-        return z if self.bias is None else z.add_(self.bias)
-
-    def input_grad(self, g: torch.Tensor, out: torch.Tensor) -> None:
-        """out ← g·W (float32)."""
-        if self.packed_t is not None:
-            out.copy_(onednn.times(g, self.packed_t))
-        else:
-            torch.mm(g, self.w, out=out)
 
 
 @torch.compiler.disable  # a Python loop over chunks: run it eagerly inside compiled graphs
