@@ -7,6 +7,16 @@ import re
 
 from seq2seq.decode.markup import parse
 
+# A gettext catalog's header as Weblate or xgettext writes it, French plurals.
+PO_METADATA = {
+    "Project-Id-Version": "demo 1.0",
+    "Language": "fr",
+    "MIME-Version": "1.0",
+    "Content-Type": "text/plain; charset=UTF-8",
+    "Content-Transfer-Encoding": "8bit",
+    "Plural-Forms": "nplurals=2; plural=(n > 1);",
+}
+
 
 def shout(segment: str) -> str:
     """A stub translation: the text upper-cased, the tags as they were."""

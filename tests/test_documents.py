@@ -17,7 +17,7 @@ from lxml import etree
 from seq2seq.document import htmlpage, markdown, plaintext, po, subtitles, xliff
 from seq2seq.document.formats import format_of, reader
 from seq2seq.errors import UserError
-from tests.document_cases import XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, shout, translated
+from tests.document_cases import PO_METADATA, XLIFF_2, XLIFF_12, XLIFF_SEGMENTED, shout, translated
 
 
 def test_plain_text_keeps_paragraphs_and_blank_lines():
@@ -184,14 +184,7 @@ def test_vtt_without_its_header_is_an_error():
 
 def catalog() -> polib.POFile:
     catalog = polib.POFile()
-    catalog.metadata = {
-        "Project-Id-Version": "demo 1.0",
-        "Language": "fr",
-        "MIME-Version": "1.0",
-        "Content-Type": "text/plain; charset=UTF-8",
-        "Content-Transfer-Encoding": "8bit",
-        "Plural-Forms": "nplurals=2; plural=(n > 1);",
-    }
+    catalog.metadata = dict(PO_METADATA)
     catalog.append(polib.POEntry(msgid="Hello %s, you have %d new files", flags=["c-format"]))
     catalog.append(polib.POEntry(msgid="Open the {0} file\n", flags=["python-brace-format"]))
     catalog.append(polib.POEntry(msgid="&Save as %(name)s", flags=["python-format"]))

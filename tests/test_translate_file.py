@@ -17,6 +17,7 @@ from seq2seq.decode.glossary import read_glossary
 from seq2seq.decode.translator import Translator
 from seq2seq.document import translate
 from seq2seq.document.translate import FAILED, TOO_LONG, UNKNOWN, translate_document
+from tests.document_cases import PO_METADATA
 from tests.factories import tiny_translator, untrained_run
 from tests.runs import cli
 
@@ -120,14 +121,7 @@ def test_markdown_file_translated_end_to_end(tmp_path, run, demo_pairs):
 @pytest.mark.skipif(shutil.which("msgfmt") is None, reason="msgfmt (Debian's gettext) is absent")
 def test_po_file_translated_end_to_end_passes_msgfmt(tmp_path, run, demo_pairs):
     catalog = polib.POFile()
-    catalog.metadata = {
-        "Project-Id-Version": "demo 1.0",
-        "Language": "fr",
-        "MIME-Version": "1.0",
-        "Content-Type": "text/plain; charset=UTF-8",
-        "Content-Transfer-Encoding": "8bit",
-        "Plural-Forms": "nplurals=2; plural=(n > 1);",
-    }
+    catalog.metadata = dict(PO_METADATA)
     first, second = demo_pairs[0][0], demo_pairs[1][0]
     catalog.append(polib.POEntry(msgid=f"{first} %s", flags=["c-format"]))
     catalog.append(polib.POEntry(msgid=second, msgid_plural=f"%d {second}", flags=["c-format"]))
