@@ -42,9 +42,8 @@ class Report:
             f"({self.segments} in the document)"
         )
         order = [TOO_LONG, UNKNOWN, FAILED]  # one wording whatever order the segments came in
-        kept = ", ".join(
-            f"{self.kept[why]} {why}" for why in sorted(self.kept, key=order.index) if self.kept[why]
-        )
+        reasons = sorted((why for why, n in self.kept.items() if n), key=order.index)
+        kept = ", ".join(f"{self.kept[why]} {why}" for why in reasons)
         return f"{line}; kept in the source language: {kept}" if kept else line
 
 
