@@ -83,7 +83,10 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
     hyps = [[5, 6, 7, special.eos], [8, special.eos]]
     src = pad(src_ids, pad_id=special.pad)
     for layer in range(len(translator.model.decoder_layers)):
-        found = replay(translator.model, src, hyps, layers=[layer], log_probs=True, special=special)
+        found, alone = (
+            replay(translator.model, src, hyps, layers=[layer], log_probs=lp, special=special)
+            for lp in (True, False)  # without log-probabilities the top layer's FFN is skipped
+        )
         for b, (ids, tgt) in enumerate(zip(src_ids, hyps)):
             one_src = torch.tensor([ids])
             logits, weights = cross_attention_weights(
@@ -91,6 +94,7 @@ def test_replayed_attention_is_the_chosen_layers_cross_attention_averaged_over_h
             )
             expected = weights[layer][0].mean(dim=0)
             torch.testing.assert_close(found[b].attention, expected, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(alone[b].attention, expected, atol=1e-5, rtol=1e-4)
             log_probs = logits[0].log_softmax(-1).gather(1, torch.tensor(tgt).unsqueeze(1))
             assert found[b].log_probs == pytest.approx(log_probs.squeeze(1).tolist(), abs=1e-4)
 

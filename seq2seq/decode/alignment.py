@@ -143,7 +143,8 @@ def replay(
         if i not in chosen:  # causal mask alone: exact for every real (non-padding) position
             x = block(x, memory, src_mask, None)
             continue
-        x, captured = _layer_with_attention(block, x, memory, src_mask)
+        # The top layer replayed feeds nothing without log-probabilities: its FFN is skipped.
+        x, captured = _layer_with_attention(block, x, memory, src_mask, ffn=log_probs or i < last)
         picked = captured.float().mean(dim=1) if head is None else captured[:, head].float()
         heads = picked / len(chosen)  # [B, T, S]
         weights = heads if weights is None else weights + heads
@@ -163,8 +164,11 @@ def replay(
     ]
 
 
-def _layer_with_attention(block, x, memory, src_mask) -> tuple[torch.Tensor, torch.Tensor]:
-    """A decoder layer's output (as its forward, causal) and its cross-attention [B, H, T, S]."""
+def _layer_with_attention(
+    block, x, memory, src_mask, ffn: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """A decoder layer's output (as its forward, causal; without `ffn`, before its feed-forward
+    block) and its cross-attention [B, H, T, S]."""
     x = block.self_block(x, lambda h: block.self_attn(h, None, causal=True))
     captured = []
 
@@ -174,7 +178,7 @@ def _layer_with_attention(block, x, memory, src_mask) -> tuple[torch.Tensor, tor
         return y
 
     x = block.cross_block(x, cross)
-    return block.ffn_block(x, block.ffn), captured[0]
+    return (block.ffn_block(x, block.ffn) if ffn else x), captured[0]
 
 
 @contextmanager
