@@ -11,8 +11,8 @@ section has a header and a footer line. It is translated as `seq2seq translate-f
 (`document.translate.translate_document`, the run's decoding settings), and its different
 segments, markup taken out, as plain text through `Translator.translate`: each in a child
 process of its own, timed after the model is loaded and warmed up, its peak RSS read from
-`os.wait4`. Reported: segments/s of each, their ratio (target ≥ 0.8), both peak RSS, and where
-the bold formatting landed.
+`os.wait4`, the two alternated `--repeats` times. Reported: segments/s of each (the median run),
+their ratio (target ≥ 0.8) and each pair's, both peak RSS, and where the bold formatting landed.
 
 Tag placement, with `--align-work` (the folder of `bench_alignment.py reference`, whose
 `reference.inter` holds eflomal's links of the valid split, then of the train split): the bold
@@ -260,6 +260,11 @@ def measured(args, way: str) -> dict:
     return found
 
 
+def median_run(found: list[dict]) -> dict:
+    """The run of median seconds (the higher middle one of an even count)."""
+    return sorted(found, key=lambda f: f["seconds"])[len(found) // 2]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--run", type=Path, required=True)
@@ -267,6 +272,7 @@ def main() -> None:
     parser.add_argument("--align-work", type=Path, default=None)
     parser.add_argument("--pages", type=int, default=50)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3, help="each way, alternated; medians")
     parser.add_argument("--work", type=Path, default=Path("/tmp/filesbench"))
     parser.add_argument("--out", type=Path, default=REPO / "benchmarks" / "bench_files.json")
     parser.add_argument("--child", choices=["document", "plain"], help=argparse.SUPPRESS)
@@ -280,14 +286,18 @@ def main() -> None:
     plan = page_plan(lines[2:], args.pages)
     args.docx = args.work / "bench.docx"
     args.docx.write_bytes(build_docx(plan, lines[0]["src"], lines[1]["src"]))
-    document = measured(args, "document")
-    plain = measured(args, "plain")
+    # Alternated, each way's median kept: this VM's speed drifts by 20% from minute to minute.
+    ways = ("document", "plain")
+    runs = [{way: measured(args, way) for way in ways} for _ in range(args.repeats)]
+    document, plain = (median_run([r[way] for r in runs]) for way in ways)
     result = {
         "pages": args.pages,
         "threads": args.threads,
+        "repeats": args.repeats,
         "document": document,
         "plain": plain,
         "ratio": document["segments_per_s"] / plain["segments_per_s"],
+        "ratios": [r["document"]["segments_per_s"] / r["plain"]["segments_per_s"] for r in runs],
         "tags": placement((args.work / "translated.docx").read_bytes(), plan),
         "tags_reference": "eflomal one-to-one links" if args.align_work else "none (kept only)",
     }
