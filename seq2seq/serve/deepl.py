@@ -170,7 +170,10 @@ def native_body(engine, fields: dict, source: str, target: str, glossary: list |
     fmt = _choice(fields, "tag_handling", TAGS, "text")
     split = _choice(fields, "split_sentences", SPLIT, True)
     body: dict = {"texts": _texts(fields), "source_lang": source, "target_lang": target}
-    body["format"] = fmt
+    # One best, as LibreTranslate asks without alternatives: DeepL answers one text a line, and
+    # a run's decode.nbest > 1 would decode lines whole (n-best lines are never split) and
+    # refuse tags, so the text differed from LibreTranslate's for the same glossary.
+    body.update(format=fmt, nbest=1)
     if glossary is not None:
         beam = max(engine.translator.options.beam_size, 2)
         body.update(glossary=glossary, beam_size=min(beam, engine.limits.max_beam_size))
