@@ -13,7 +13,7 @@ from seq2seq.decode.annotate import Annotation, translate_tagged
 from seq2seq.decode.glossary import make_glossary
 from seq2seq.decode.hypothesis import Hypothesis
 from seq2seq.decode.term_lexicon import TermLexicon
-from seq2seq.decode.term_place import Hit, Span, locate, written
+from seq2seq.decode.term_place import Hit, Span, insertion_points, locate, written
 from seq2seq.decode.translator import PLACE_FALLBACK_BEAM, Translator
 from tests.constrained_cases import TERM_PAIRS
 from tests.factories import tiny_translator, untrained_run
@@ -93,6 +93,22 @@ def test_span_extension_covers_zone_de_texte():
     assert output[span.start : span.end] == "zone de texte"
 
 
+def test_a_one_word_term_does_not_swallow_the_compound_it_sits_in_by_attention_alone():
+    output, source = "Cliquez dans la zone de liste.", "Click in the list box."
+    hit = Hit(source.index("list"), source.index("list") + 4, "inventaire")
+    span = locate(output, source, hit, ["liste"], links={(3, 3), (3, 5)})  # list ↔ zone, liste
+    assert output[span.start : span.end] == "liste"
+
+
+def test_a_span_does_not_grow_into_a_term_already_placed():
+    output = "Assigne les couleurs aux lignes de données."
+    source = "Assigns colors to the data rows."
+    hit = Hit(source.index("rows"), source.index("rows") + 4, "rangées")
+    taken = [(output.index("données"), len(output) - 1)]  # where "data" goes
+    span = locate(output, source, hit, ["lignes"], {(5, 4), (5, 6)}, taken)
+    assert output[span.start : span.end] == "lignes"
+
+
 def test_a_hyphenated_word_is_replaced_whole():
     output, source = "Appuyez sur le bouton-poussoir.", "Press the push button."
     hit = Hit(source.index("push button"), source.index("push button") + 11, "touche")
@@ -108,7 +124,9 @@ def test_the_sentence_initial_capital_and_the_plural_are_carried():
     assert written("Korvalo", "La fenêtres.", later, True, lambda w: w + "s") == "Korvalo"
 
 
-def test_no_span_found_falls_back_to_the_constrained_beam_at_beam_ten(tiny, monkeypatch):
+@pytest.fixture
+def constrained_beams(monkeypatch):
+    """The beam sizes the constrained search is run at."""
     beams = []
     decode = translator_module.decode
 
@@ -118,11 +136,26 @@ def test_no_span_found_falls_back_to_the_constrained_beam_at_beam_ten(tiny, monk
         return decode(model, src, options, **extra)
 
     monkeypatch.setattr(translator_module, "decode", spy)
+    return beams
+
+
+def test_a_term_without_a_span_is_put_in_without_the_constrained_beam(tiny, constrained_beams):
     t = _with(tiny, make_glossary([("window", "croisée")]))
-    monkeypatch.setattr(t.placer, "_links", lambda segments, hyps, options: [set()] * len(hyps))
+    t.placer._links = lambda segments, hyps, options: [set()] * len(hyps)
+    (out,) = t.translate(["The window is open."])
+    assert "croisée" in out and constrained_beams == []
+    assert t.term_stats["inserted"] == 1 and not t.term_stats["fallback"]
+
+
+def test_a_term_neither_placed_nor_put_in_falls_back_to_the_constrained_beam_at_beam_ten(
+    tiny, constrained_beams
+):
+    t = _with(tiny, make_glossary([("window", "croisée")]))
+    t.placer._links = lambda segments, hyps, options: [set()] * len(hyps)
+    t.placer._insertion = lambda *args: None  # e.g. an output of one word: nowhere to put it
     (out,) = t.translate(["The window is open."])
     assert "croisée" in out
-    assert beams == [PLACE_FALLBACK_BEAM] and t.term_stats["fallback"] == 1
+    assert constrained_beams == [PLACE_FALLBACK_BEAM] and t.term_stats["fallback"] == 1
 
 
 def test_a_tag_around_a_source_term_ends_up_around_the_placed_term(tiny, scripted, lexicon):
@@ -154,3 +187,35 @@ def test_an_output_word_that_renders_another_source_word_is_not_taken_by_alignme
     links = {(3, 5)}  # "Image" aligned to "Ouvrir"
     assert locate(output, source, hit, ["image"], links, avoid=["ouvrir", "open"]) is None
     assert locate(output, source, hit, ["image"], links) is not None
+
+
+def test_insertion_points_surround_the_aligned_word_and_never_precede_the_sentence():
+    source = "Use the filter for Word files."
+    hit = Hit(source.index("filter"), source.index("filter") + 6, "Quandor")
+    output = "Utilisez le bon pour les fichiers Word."
+    aligned = insertion_points(output, source, hit, {(2, 2)})  # filter ↔ "bon"
+    assert [output[at:].split()[0] for at in aligned] == ["le", "bon", "pour", "les"]
+    first = insertion_points(output, source, hit, {(2, 0)})  # aligned to the first word
+    assert 0 not in first and output[first[0] :].startswith("le bon")
+    end = insertion_points("Utilisez Word.", source, hit, {(2, 1)})
+    assert end[-1] == len("Utilisez Word")  # after the last word, before its final mark
+
+
+def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripted, lexicon):
+    scripted[0] = "Cliquez deux fois."  # the window is not translated at all
+    t = _with(tiny, make_glossary([("window", "croisée")]), lexicon)
+    chosen = []
+
+    def choose_longest_lead(src_ids, texts, options):  # the model's score, scripted
+        chosen.append(texts)
+        return [float(len(x)) for x in texts]
+
+    t.placer.log_probs = choose_longest_lead
+    segment = t.prepare(["Click the window twice."])[0]
+    (seg,) = translator_module.flatten([segment])
+    text, links, inserted = t.placer._place_one(
+        seg, "Cliquez deux fois.", list(seg.hits), set(), PLACE
+    )
+    assert inserted and "croisée" in text and text.endswith("fois.")
+    assert any("de croisée" in x for x in chosen[0]) and any("le croisée" in x for x in chosen[0])
+    assert text == max(chosen[0], key=len)  # the best scored: a word put before it

@@ -15,6 +15,7 @@ _LINKS = ("de", "d", "du", "des", "à", "en", "pour")  # words inside a French c
 _PLURAL_BEFORE = frozenset("les des ces mes tes ses nos vos leurs aux quels quelles".split())
 _FINAL = ".!?…:"
 MIN_STEM = 4  # letters two forms must share to count as one word inflected
+INSERT_WINDOW = 3  # words either side of where an unaligned term's source sits, tried for it
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,32 @@ def locate(
             best, best_score = k, score
     if best is None:
         return None
-    return _extended(output, words, best, aligned, renderings, multiword=len(src) > 1)
+    grow = _Growth(aligned, renderings, avoid, taken)
+    return _extended(output, words, best, grow, multiword=len(src) > 1)
+
+
+def insertion_points(
+    output: str, source: str, hit: Hit, links: set[tuple[int, int]], taken=()
+) -> list[int]:
+    """Where a term whose concept the output dropped may go in (character offsets, each the
+    start of a whitespace word, or the end of the last word before its final marks): around
+    the words `links` align to the source term, else around where the term sits in the
+    source; never first, nor inside a `taken` span (INSERT_WINDOW words either side)."""
+    tokens = list(re.finditer(r"\S+", output))
+    if not tokens:
+        return []
+    src = set(source_words(source, hit))
+    aligned = sorted({j for i, j in links if i in src and 0 <= j < len(tokens)})
+    if aligned:
+        near = {k for a in aligned for k in range(a - 1, a + 3)}
+    else:
+        n_src = max(len(source.split()), 1)
+        centre = round(min(src, default=0) / n_src * len(tokens))
+        near = set(range(centre - INSERT_WINDOW, centre + INSERT_WINDOW + 1))
+    end = len(output.rstrip().rstrip(_FINAL + ";,)»\"'”"))
+    ks = [k for k in sorted(near) if 1 <= k <= len(tokens)]
+    points = [tokens[k].start() if k < len(tokens) else end for k in ks]
+    return [at for at in dict.fromkeys(points) if not any(s < at < e for s, e in taken)]
 
 
 def _distance(k: int, words, src: set[int], source: str) -> float:
@@ -111,27 +137,50 @@ def _distance(k: int, words, src: set[int], source: str) -> float:
     return abs(k / max(len(words), 1) - where)
 
 
-def _extended(output, words, k: int, aligned: set[int], renderings, *, multiword: bool) -> Span:
-    """Word k's span grown over a compound: a following "de X" / "à X" or a next content word
-    whose X renders or aligns to the term (a term of several words: any such X)."""
-    first = last = k
+@dataclass(frozen=True)
+class _Growth:
+    """What a span may grow over: words aligned to the term or rendering it, not words that
+    render another source word (`avoid`), nor words of spans already `taken`."""
 
-    def belongs(j: int) -> bool:
-        s, e = words[j]
-        ws = whitespace_index(output, s)
+    aligned: set[int]
+    renderings: list[str]
+    avoid: list[str]
+    taken: list[tuple[int, int]]
+
+    def belongs(self, output: str, word: tuple[int, int], rendered_only: bool = False) -> bool:
+        """Whether output word `word` (its characters) is part of the term's span."""
+        s, e = word
         text = output[s:e]
-        rendered = any(same_word(text, r) for r in renderings)
-        return (rendered or ws in aligned) and text.lower() not in _STOP
+        if text.lower() in _STOP or any(s < te and ts < e for ts, te in self.taken):
+            return False
+        if any(same_word(text, a) for a in self.avoid):
+            return False
+        rendered = any(same_word(text, r) for r in self.renderings)
+        return rendered or (not rendered_only and whitespace_index(output, s) in self.aligned)
 
+
+def _extended(output, words, k: int, grow: _Growth, *, multiword: bool) -> Span:
+    """Word k's span grown over a compound: a following "de X" / "à X" or a next content word
+    whose X renders or aligns to the term (a term of several words: any such X); backwards
+    ("zone de" before "texte") over a word aligned to a term of several words ("text box"),
+    else only over one that renders it (attention alone took "zone de liste" for "list")."""
+    first = last = k
     while last + 2 < len(words) and output[slice(*words[last + 1])].lower() in _LINKS:
-        if not belongs(last + 2):
+        if not grow.belongs(output, words[last + 2]):
             break
         last += 2
     while (
-        multiword and last + 1 < len(words) and belongs(last + 1) and _adjacent(output, words, last)
+        multiword
+        and last + 1 < len(words)
+        and grow.belongs(output, words[last + 1])
+        and _adjacent(output, words, last)
     ):
         last += 1
-    while first >= 2 and output[slice(*words[first - 1])].lower() in _LINKS and belongs(first - 2):
+    while (
+        first >= 2
+        and output[slice(*words[first - 1])].lower() in _LINKS
+        and grow.belongs(output, words[first - 2], rendered_only=not multiword)
+    ):
         first -= 2
     ws = {whitespace_index(output, words[j][0]) for j in range(first, last + 1)}
     return Span(words[first][0], words[last][1], tuple(sorted(ws)))
