@@ -52,8 +52,10 @@ def _native(server: LoopbackServer, lines: list[str], pairs, **options) -> list[
     return answer.json()["translations"]
 
 
-def _libretranslate(server: LoopbackServer, lines: list[str], pairs, form: bool) -> list[str]:
-    body = {"q": lines, "source": "en", "target": "fr"}
+def _libretranslate(
+    server: LoopbackServer, lines: list[str], pairs, form: bool, **fields
+) -> list[str]:
+    body = {"q": lines, "source": "en", "target": "fr", **fields}
     if form:  # a form's glossary is TSV lines; q given once a line is a list of them
         tsv = "".join(f"{a}\t{b}\n" for a, b in pairs)
         answer = server.client.post("/translate", data={**body, "glossary": tsv})
@@ -64,7 +66,7 @@ def _libretranslate(server: LoopbackServer, lines: list[str], pairs, form: bool)
     return answer.json()["translatedText"]
 
 
-def _deepl(server: LoopbackServer, lines: list[str], pairs) -> list[str]:
+def _deepl(server: LoopbackServer, lines: list[str], pairs, **fields) -> list[str]:
     entries = "".join(f"{a}\t{b}\n" for a, b in pairs)
     made = server.client.post(
         "/v2/glossaries",
@@ -74,7 +76,8 @@ def _deepl(server: LoopbackServer, lines: list[str], pairs) -> list[str]:
     glossary_id = made.json()["glossary_id"]
     answer = server.client.post(
         "/v2/translate",
-        json={"text": lines, "source_lang": "EN", "target_lang": "FR", "glossary_id": glossary_id},
+        json={"text": lines, "source_lang": "EN", "target_lang": "FR", "glossary_id": glossary_id}
+        | fields,
     )
     server.client.delete(f"/v2/glossaries/{glossary_id}")
     assert answer.status_code == 200, answer.text
@@ -120,6 +123,17 @@ def test_each_route_holds_the_terms_the_translator_holds(served):
         _deepl(server, LINES, PAIRS),
     ):
         assert _terms_held(LINES, texts) == held
+
+
+def test_tagged_lines_with_a_glossary_give_one_text_through_native_libretranslate_and_deepl(
+    served,
+):
+    server, _ = served
+    tagged = ["<p>She sells three small <b>black</b> cats.</p>", "The <i>bicycle</i> costs two."]
+    native = _native(server, tagged, PAIRS, format="html")
+    assert _libretranslate(server, tagged, PAIRS, form=False, format="html") == native
+    assert _deepl(server, tagged, PAIRS, tag_handling="html") == native
+    assert "matous" in native[0] and "bécane" in native[1]
 
 
 def test_a_greedy_server_decodes_every_routes_glossary_at_the_same_beam(trained_tiny_run):
