@@ -109,6 +109,14 @@ def test_a_span_does_not_grow_into_a_term_already_placed():
     assert output[span.start : span.end] == "lignes"
 
 
+def test_a_hyphenated_term_takes_the_whole_phrase_its_parts_were_written_as(tiny):
+    source, output = "Open the dialog.", "Ouvre la boîte de dialogue."
+    hit = Hit(source.index("dialog"), source.index("dialog") + 6, "boîte-dialogue")
+    renderings = _with(tiny, None).placer._renderings(source, hit)
+    span = locate(output, source, hit, renderings, links={(2, 4)})
+    assert output[span.start : span.end] == "boîte de dialogue"
+
+
 def test_a_hyphenated_word_is_replaced_whole():
     output, source = "Appuyez sur le bouton-poussoir.", "Press the push button."
     hit = Hit(source.index("push button"), source.index("push button") + 11, "touche")

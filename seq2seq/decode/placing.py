@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -200,7 +201,9 @@ class TermPlacer:
         the model copies) and the target term's own words (the term written inflected)."""
         words = source[hit.start : hit.end]
         found = self.lexicon.renderings(words) if self.lexicon else []
-        return list(dict.fromkeys([*found, *words.lower().split(), *hit.target.lower().split()]))
+        # A hyphenated term's parts too: "boîte de dialogue" becomes "boîte-dialogue" whole.
+        parts = [w for w in re.split(r"[\s\-‐]+", hit.target.lower()) if w]
+        return list(dict.fromkeys([*found, *words.lower().split(), *parts]))
 
     def _others(self, source: str, hit: Hit, renderings: list[str]) -> list[str]:
         """What the sentence's other source words are written as (their renderings, the words
