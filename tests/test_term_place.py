@@ -149,7 +149,7 @@ def constrained_beams(monkeypatch):
 
 def test_a_term_without_a_span_is_put_in_without_the_constrained_beam(tiny, constrained_beams):
     t = _with(tiny, make_glossary([("window", "croisée")]))
-    t.placer._links = lambda segments, hyps, options: [set()] * len(hyps)
+    t.placer._links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
     (out,) = t.translate(["The window is open."])
     assert "croisée" in out and constrained_beams == []
     assert t.term_stats["inserted"] == 1 and not t.term_stats["fallback"]
@@ -159,7 +159,7 @@ def test_a_term_neither_placed_nor_put_in_falls_back_to_the_constrained_beam_at_
     tiny, constrained_beams
 ):
     t = _with(tiny, make_glossary([("window", "croisée")]))
-    t.placer._links = lambda segments, hyps, options: [set()] * len(hyps)
+    t.placer._links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
     t.placer._insertion = lambda *args: None  # e.g. an output of one word: nowhere to put it
     (out,) = t.translate(["The window is open."])
     assert "croisée" in out
@@ -214,7 +214,7 @@ def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripte
     t = _with(tiny, make_glossary([("window", "croisée")]), lexicon)
     chosen = []
 
-    def choose_longest_lead(src_ids, texts, options):  # the model's score, scripted
+    def choose_longest_lead(src_ids, texts, options, memo=None):  # the model's score, scripted
         chosen.append(texts)
         return [float(len(x)) for x in texts]
 
@@ -227,3 +227,17 @@ def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripte
     assert inserted and "croisée" in text and text.endswith("fois.")
     assert any("de croisée" in x for x in chosen[0]) and any("le croisée" in x for x in chosen[0])
     assert text == max(chosen[0], key=len)  # the best scored: a word put before it
+
+
+def test_placing_encodes_each_source_once_for_all_its_passes(tiny, scripted, lexicon):
+    t = _with(tiny, make_glossary([("window", "volet"), ("button", "poussoir")]), lexicon)
+    scripted[0] = "Cliquez sur la fenêtre deux fois."  # both terms missing, one dropped
+    encoded = []
+    encode = t.model.encode
+    t.model.encode = lambda src, mask: encoded.append(src.size(0)) or encode(src, mask)
+    try:
+        (out,) = t.translate(["Click the window and the button twice."])
+    finally:
+        del t.model.encode
+    assert "volet" in out and "poussoir" in out and t.term_stats["inserted"] == 1
+    assert encoded == [1]  # alignment, the model's choices and the final score share it

@@ -16,7 +16,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+import torch
+
 from seq2seq.config import DecodeConfig
+from seq2seq.data.batching import padding_mask
 from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import replay, word_alignment
 from seq2seq.decode.glossary import occurrences
@@ -59,6 +62,30 @@ def missing_hits(hits: tuple[Hit, ...], text: str) -> list[Hit]:
     return sorted(out, key=lambda h: h.start)
 
 
+class EncoderMemo:
+    """Each source's encoder output, computed once for the passes placing makes over it (the
+    alignment, the model's choices, the final scores) instead of once a pass."""
+
+    def __init__(self, model, pad_id: int):
+        self.model, self.pad_id = model, pad_id
+        self.rows: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def memory(self, src: torch.Tensor, ids: list[list[int]]) -> torch.Tensor:
+        """The encoder output [B, S, d] of the padded batch `src` (rows: `ids`)."""
+        keys = [tuple(seq) for seq in ids]
+        new = [k for k in dict.fromkeys(keys) if k not in self.rows]
+        if new:
+            at = [keys.index(k) for k in new]
+            sub = src[at]
+            for k, row in zip(new, self.model.encode(sub, padding_mask(sub, self.pad_id))):
+                self.rows[k] = row[: len(k)]
+        first = self.rows[keys[0]]
+        out = first.new_zeros((src.size(0), src.size(1), first.size(-1)))
+        for b, k in enumerate(keys):  # padded positions stay zero: the mask hides them
+            out[b, : len(k)] = self.rows[k]
+        return out
+
+
 class TermPlacer:
     """Places a translator's missing terms (`translator`: its model, tokenizer, batched engine,
     guided head and target language) with the training data's `lexicon`."""
@@ -85,17 +112,18 @@ class TermPlacer:
                 todo.append((j, " ".join(text.split()), missing))
             else:
                 stats["held"] += 1
+        memo = EncoderMemo(self.translator.model, tok.ids.pad)
         links = self._links(
-            [segments[j] for j, *_ in todo], [found[j][0] for j, *_ in todo], options
+            [segments[j] for j, *_ in todo], [found[j][0] for j, *_ in todo], options, memo
         )
         done = []
         for (j, text, missing), pairs in zip(todo, links):
-            placed = self._place_one(segments[j], text, missing, pairs, options)
+            placed = self._place_one(segments[j], text, missing, pairs, options, memo)
             if placed is None:
                 fallback.append(j)
             else:
                 done.append((j, *placed))
-        rescored = self._rescored([segments[j] for j, *_ in done], done, options)
+        rescored = self._rescored([segments[j] for j, *_ in done], done, options, memo)
         for (j, *_), hyp in zip(done, rescored):
             found[j] = [hyp, *found[j][1:]]
         stats["placed"] += len(done)
@@ -103,7 +131,9 @@ class TermPlacer:
         stats["fallback"] += len(fallback)
         return sorted(fallback)
 
-    def _links(self, segments, hyps: list[Hypothesis], options) -> list[set[tuple[int, int]]]:
+    def _links(
+        self, segments, hyps: list[Hypothesis], options, memo: EncoderMemo | None = None
+    ) -> list[set[tuple[int, int]]]:
         """Each hypothesis's (source word, output word) alignment, from the guided-alignment
         head where the run has one, else every decoder layer's attention."""
         t = self.translator
@@ -128,6 +158,7 @@ class TermPlacer:
                 head=head,
                 log_probs=False,
                 special=t.tokenizer.ids,
+                memory=None if memo is None else memo.memory(src, [segments[j].ids for j in chunk]),
             )
             for j, r, ids in zip(chunk, found, tgt):
                 src_words = word_starts(t.tokenizer.src_pieces(segments[j].ids), specials | {""})
@@ -135,7 +166,7 @@ class TermPlacer:
                 out[j] = set(word_alignment(r.attention, src_words, tgt_words))
         return out
 
-    def _place_one(self, seg, text: str, missing: list[Hit], links, options):
+    def _place_one(self, seg, text: str, missing: list[Hit], links, options, memo=None):
         """(the text with every missing term placed and repaired, the placed terms' links), or
         None when a term's span is not found."""
         spans, taken = (
@@ -153,7 +184,7 @@ class TermPlacer:
                 continue
             spans.append((span, hit, renderings))
             taken.append((span.start, span.end))
-        choose, written_at, plain = self._chooser(seg.ids, options), [], text
+        choose, written_at, plain = self._chooser(seg.ids, options, memo), [], text
         for hit in unplaced:  # the concept was dropped: the term goes in where the model likes
             at = self._insertion(seg, text, hit, links, taken, choose)
             if at is None:
@@ -225,20 +256,23 @@ class TermPlacer:
         (ids,) = self.translator.tokenizer.encode_tgt([text])
         return self.translator.tokenizer.ids.unk not in ids
 
-    def _chooser(self, src_ids: list[int], options):
+    def _chooser(self, src_ids: list[int], options, memo: EncoderMemo | None = None):
         """The model's choice among candidate texts: the highest teacher-forced log-probability."""
 
         def choose(texts: list[str]) -> int:
-            scores = self.log_probs(src_ids, texts, options)
+            scores = self.log_probs(src_ids, texts, options, memo)
             return max(range(len(texts)), key=lambda i: scores[i])
 
         return choose
 
-    def log_probs(self, src_ids: list[int], texts: list[str], options) -> list[float]:
+    def log_probs(self, src_ids: list[int], texts: list[str], options, memo=None) -> list[float]:
         """Each text's log-probability as the translation of one source, EOS included."""
-        return self.pair_log_probs([list(src_ids)] * len(texts), texts, options)
+        memo = memo or EncoderMemo(self.translator.model, self.translator.tokenizer.ids.pad)
+        return self.pair_log_probs([list(src_ids)] * len(texts), texts, options, memo)
 
-    def pair_log_probs(self, sources: list[list[int]], texts: list[str], options) -> list[float]:
+    def pair_log_probs(
+        self, sources: list[list[int]], texts: list[str], options, memo: EncoderMemo | None = None
+    ) -> list[float]:
         """Each text's log-probability as the translation of its source, EOS included, in
         the translator's batches."""
         t = self.translator
@@ -257,16 +291,17 @@ class TermPlacer:
                 layers=[],
                 log_probs=True,
                 special=t.tokenizer.ids,
+                memory=None if memo is None else memo.memory(src, [sources[j] for j in chunk]),
             )
             for j, r in zip(chunk, found):
                 out[j] = float(sum(r.log_probs))
         return out
 
-    def _rescored(self, segments, placed, options: DecodeConfig) -> list[PlacedHypothesis]:
+    def _rescored(self, segments, placed, options, memo=None) -> list[PlacedHypothesis]:
         """Each placed text (`placed`: (segment index, text, links, inserted)) as a hypothesis:
         its tokens, scored teacher-forced on its segment's source, all in one pass."""
         texts = [text for _, text, *_ in placed]
-        scores = self.pair_log_probs([s.ids for s in segments], texts, options)
+        scores = self.pair_log_probs([s.ids for s in segments], texts, options, memo)
         tokens = self.translator.tokenizer.encode_tgt(texts) if texts else []
         out = []
         for ids, lp, (_, _, links, _) in zip(tokens, scores, placed):
