@@ -10,7 +10,7 @@ import torch
 from typer.testing import CliRunner
 
 from seq2seq.cli.app import app
-from seq2seq.data.batching import pad
+from seq2seq.data.batching import pad, padding_mask
 from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import (
     encoder_outputs_kept,
@@ -173,3 +173,14 @@ def test_translate_refuses_alignments_with_an_nbest_list(trained_tiny_run):
         input="I have cats.\n",
     )
     assert result.exit_code != 0 and "--nbest 1" in result.output
+
+
+def test_encoder_output_keepers_nest_and_each_restores_the_one_before(translator):
+    model, special = translator.model, translator.tokenizer.ids
+    src = pad(translator.tokenizer.encode_src(["We see dogs."]), pad_id=special.pad)
+    mask = padding_mask(src, special.pad)
+    with encoder_outputs_kept(model) as outer:
+        with encoder_outputs_kept(model) as inner:
+            model.encode(src, mask)
+        model.encode(src[:, :-1], mask[:, :-1])
+    assert len(inner) == 1 and len(outer) == 2 and "encode" not in model.__dict__

@@ -241,3 +241,15 @@ def test_placing_encodes_each_source_once_for_all_its_passes(tiny, scripted, lex
         del t.model.encode
     assert "volet" in out and "poussoir" in out and t.term_stats["inserted"] == 1
     assert encoded == [1]  # alignment, the model's choices and the final score share it
+
+
+def test_placing_reads_the_plain_searchs_encoder_output_instead_of_encoding_again(tiny):
+    t = _with(tiny, make_glossary([("window", "volet")]))  # a word the babbling model lacks
+    encoded = []
+    encode = t.model.encode
+    t.model.encode = lambda src, mask: encoded.append(src.size(0)) or encode(src, mask)
+    try:
+        (out,) = t.translate(["Click the window twice."])
+    finally:
+        del t.model.encode
+    assert "volet" in out and t.term_stats["placed"] == 1 and encoded == [1]

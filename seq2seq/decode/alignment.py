@@ -185,8 +185,9 @@ def _layer_with_attention(
 def encoder_outputs_kept(model: Transformer) -> Iterator[dict[tuple, torch.Tensor]]:
     """While it lasts, each batch the model encodes keeps its encoder output, by source ids, so
     that replaying the batch after search does not encode it again (a model used by one thread
-    at a time, as the translator's is)."""
+    at a time, as the translator's is); nested, each keeper sees the batches of its time."""
     kept: dict[tuple, torch.Tensor] = {}
+    outer = model.__dict__.get("encode")  # an enclosing keeper's: it keeps its batches too
     encode = model.encode
 
     def keeping(src: torch.Tensor, src_mask: torch.Tensor) -> torch.Tensor:
@@ -198,7 +199,10 @@ def encoder_outputs_kept(model: Transformer) -> Iterator[dict[tuple, torch.Tenso
     try:
         yield kept
     finally:
-        del model.encode
+        if outer is None:
+            del model.encode
+        else:
+            model.encode = outer
 
 
 def batch_key(src: torch.Tensor) -> tuple:

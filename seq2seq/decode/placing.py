@@ -21,7 +21,7 @@ import torch
 from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import padding_mask
 from seq2seq.data.tokenizer import word_starts
-from seq2seq.decode.alignment import replay, word_alignment
+from seq2seq.decode.alignment import batch_key, replay, word_alignment
 from seq2seq.decode.glossary import occurrences
 from seq2seq.decode.hypothesis import Hypothesis, length_penalty
 from seq2seq.decode.term_lexicon import TermLexicon
@@ -70,6 +70,11 @@ class EncoderMemo:
         self.model, self.pad_id = model, pad_id
         self.rows: dict[tuple[int, ...], torch.Tensor] = {}
 
+    def seed(self, src: torch.Tensor, ids: list[list[int]], memory: torch.Tensor | None) -> None:
+        """Keep the rows of a batch already encoded (`memory` of `src`, rows `ids`), if any."""
+        for b, seq in enumerate(ids if memory is not None else []):
+            self.rows.setdefault(tuple(seq), memory[b, : len(seq)])
+
     def memory(self, src: torch.Tensor, ids: list[list[int]]) -> torch.Tensor:
         """The encoder output [B, S, d] of the padded batch `src` (rows: `ids`)."""
         keys = [tuple(seq) for seq in ids]
@@ -94,10 +99,13 @@ class TermPlacer:
         self.translator, self.lexicon = translator, lexicon
         self.table = table_for(translator.tgt_lang or "")
 
-    def place(self, segments, found: list[list[Hypothesis]], options: DecodeConfig) -> list[int]:
+    def place(
+        self, segments, found: list[list[Hypothesis]], options: DecodeConfig, kept=None
+    ) -> list[int]:
         """Replace, in `found` (each segment's plain n-best), the best hypothesis of each
         segment that lacks a term by one with the terms placed; the segments whose terms could
-        not be placed (or have no source terms: given constraints) are returned."""
+        not be placed (or have no source terms: given constraints) are returned. `kept`: the
+        plain search's encoder outputs by batch, read instead of encoding again."""
         tok, stats = self.translator.tokenizer, self.translator.term_stats
         todo, fallback = [], []
         for j, seg in enumerate(segments):
@@ -113,6 +121,9 @@ class TermPlacer:
             else:
                 stats["held"] += 1
         memo = EncoderMemo(self.translator.model, tok.ids.pad)
+        if kept:  # the plain search's encoder outputs (`encoder_outputs_kept`), by its batches
+            for chunk, src in self.translator.batched([s.ids for s in segments], options):
+                memo.seed(src, [segments[j].ids for j in chunk], kept.get(batch_key(src)))
         links = self._links(
             [segments[j] for j, *_ in todo], [found[j][0] for j, *_ in todo], options, memo
         )

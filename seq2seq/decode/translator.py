@@ -15,6 +15,7 @@ import torch
 from seq2seq.config import DecodeConfig, load_run_config
 from seq2seq.data.batching import pad
 from seq2seq.data.tokenizer import Tokenizer
+from seq2seq.decode.alignment import encoder_outputs_kept
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.placing import TermPlacer
@@ -240,8 +241,9 @@ def _placed(translator: Translator, segments, wanted, options: DecodeConfig):
     a segment whose term has no span found, the constrained beam's, at a beam of at least
     PLACE_FALLBACK_BEAM (what dynamic beam allocation needs for its banks)."""
     plain = [replace(s, terms=()) for s in segments]
-    found = translator.search(plain, wanted, options)
-    rest = translator.placer.place(segments, found, options)
+    with encoder_outputs_kept(translator.model) as kept:  # placing reads the sources again
+        found = translator.search(plain, wanted, options)
+    rest = translator.placer.place(segments, found, options, kept)
     if rest:
         beam = max(options.beam_size, PLACE_FALLBACK_BEAM)
         wider = options.model_copy(update={"beam_size": beam, "term_mode": "constrain"})
