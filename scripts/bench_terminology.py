@@ -562,6 +562,7 @@ def score_preferred(
     }
     for row, p in zip(rows, plain):
         row["plain"] = p
+    report["swap_oracle"] = swap_oracle(rows, plain, specs or {})
     for mode in modes:
         if not mode_accepted(mode):
             report["skipped"][mode] = "this version's decode.term_mode does not take it"
@@ -580,6 +581,31 @@ def score_preferred(
         }
     report["outputs"] = rows
     return report
+
+
+def swap_oracle(rows: list[dict], plain: list[str], specs: dict) -> dict:
+    """What the references' own construction gives when applied to the plain output: on the
+    lines whose plain output holds each term's usual translation as often as the reference
+    does, the usual words swapped for the terms and repaired by this script's rules; BLEU of
+    that against the repaired references beside plain's against the original ones, there."""
+    usual_of = {t: u for r in rows for t, u in zip(r["terms"], r.get("usual", []))}
+    swapped, where = [], []
+    for i, (row, out) in enumerate(zip(rows, plain)):
+        if any(t not in usual_of for t in row["terms"]):
+            continue  # a row built without usual translations (the learned glossary's)
+        injected = injected_pair(out, row["terms"], usual_of)
+        if injected is not None:
+            swapped.append(repair_reference(injected, {t: specs.get(t, "") for t in row["terms"]}))
+            where.append(i)
+    refs = [rows[i]["repaired"] for i in where]
+    return {
+        "lines": len(where),
+        "swapped_bleu": score(swapped, refs).bleu if where else None,
+        "plain_bleu": score([plain[i] for i in where], [rows[i]["ref"] for i in where]).bleu
+        if where
+        else None,
+        "lines_index": where,
+    }
 
 
 def glossary_outputs(translator, lines: list[str], glossary, mode: str):
@@ -674,6 +700,18 @@ def table(report: dict) -> str:
         f"\nplain against the original references: BLEU {p['plain_bleu']:.1f}, chrF with the "
         f"usual translations masked {p['plain_masked_chrf']:.1f}"
     )
+    o = report.get("swap_oracle")
+    if o and o["lines"]:
+        refs = [report["outputs"][i] for i in o["lines_index"]]
+        modes = ", ".join(
+            f"{mode} {score([r[mode] for r in refs], [r['repaired'] for r in refs]).bleu:.1f}"
+            for mode in report["modes"]
+        )
+        lines.append(
+            f"the references' own swap and repair applied to the plain output, on the "
+            f"{o['lines']} lines it applies to: BLEU {o['swapped_bleu']:.1f} against the repaired "
+            f"references (plain against the original ones there: {o['plain_bleu']:.1f}; {modes})"
+        )
     for mode, m in report["modes"].items():
         if m.get("fallback_share") is not None:
             lines.append(

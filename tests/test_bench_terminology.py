@@ -240,3 +240,21 @@ def test_the_figures_score_against_naive_repaired_and_hand_checked_references():
     assert figures["bleu_injected"] < 100.0
     assert figures["held_by_plain"] == {"lines": 1, "identical": 1}
     assert figures["term_success"]["surface"] == 1.0
+
+
+def test_the_swap_oracle_applies_the_references_own_rules_to_the_plain_output_where_it_can():
+    rows = [
+        {
+            "terms": ["montant"],
+            "usual": ["valeur"],
+            "ref": "Entrez la valeur.",
+            "repaired": "Entrez le montant.",
+        },
+        {"terms": ["montant"], "usual": ["valeur"], "ref": "La valeur.", "repaired": "Le montant."},
+    ]
+    plain = ["Entrez la valeur.", "Un nombre."]  # the second holds no usual word: left out
+    found = bench.swap_oracle(rows, plain, {"montant": "m sg"})
+    assert found["lines"] == 1 and found["lines_index"] == [0]
+    assert found["swapped_bleu"] == pytest.approx(100.0) and found["plain_bleu"] == pytest.approx(
+        100.0
+    )
