@@ -12,7 +12,6 @@ import torch
 from seq2seq.data.batching import (
     collate,
     epoch_batches,
-    padding_ratio,
     token_budget_batches,
 )
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
@@ -47,12 +46,6 @@ def test_padding_is_under_ten_percent_of_tokens_on_a_corpus_sized_input():
     real = sum(int(src[b].sum() + tgt[b].sum()) for b in batches)
     total = sum(len(b) * int(src[b].max() + tgt[b].max()) for b in batches)
     assert 1 - real / total < 0.10
-
-
-def test_padding_ratio_counts_pad_positions_on_both_sides():
-    batch = collate([[5, 6, EOS_ID], [7, EOS_ID]], [[10, 11], [12]])
-    # src: 6 positions, 1 pad; tgt_out: 6 positions, 1 pad
-    assert padding_ratio([batch]) == pytest.approx(2 / 12)
 
 
 def test_batch_order_is_a_function_of_seed_and_epoch():

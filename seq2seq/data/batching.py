@@ -278,11 +278,3 @@ def update_groups(
         groups.append((end, list(range(mine, min(mine + update_freq, end)))))
     return groups
 
-
-def padding_ratio(batches: Sequence[Batch]) -> float:
-    """Fraction of padding among all source and target positions."""
-    real = total = 0
-    for b in batches:
-        real += int(b.src_mask.sum()) + b.ntokens
-        total += b.src.numel() + b.tgt_out.numel()
-    return 1.0 - real / total if total else 0.0

@@ -151,7 +151,7 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
         model=model_cfg,
         decode=decode_config(folder, hf),
     )
-    return Imported(config, model.eval(), folder)
+    return Imported(config, model.eval())
 
 
 def _tokenizer_json(folder: Path) -> dict:

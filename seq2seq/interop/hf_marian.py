@@ -194,12 +194,10 @@ def read_weights(folder: Path) -> dict[str, torch.Tensor]:
 
 @dataclass
 class Imported:
-    """What a Marian checkpoint becomes: a config, a model holding its weights, and where the
-    tokenizer files are."""
+    """What a Marian checkpoint becomes: a config and a model holding its weights."""
 
     config: Config
     model: Transformer
-    tokenizer_folder: Path
 
 
 def convert(folder: Path, run_dir: Path) -> Imported:
@@ -263,7 +261,7 @@ def _convert(folder: Path, run_dir: Path) -> Imported:
         model=model_cfg,
         decode=decode,
     )
-    return Imported(config, model.eval(), folder)
+    return Imported(config, model.eval())
 
 
 def _marian_configs(folder: Path) -> tuple[dict, dict]:

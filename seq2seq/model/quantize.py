@@ -26,7 +26,6 @@ from seq2seq.model.transformer import Transformer
 
 log = logging.getLogger(__name__)
 
-QUANTIZE_CHOICES = ("none", "int8")
 # x86 is torch's default CPU engine (fbgemm's AVX2/AVX-512/VNNI kernels for dynamic linears).
 # fbgemm and onednn, on enfr-small (300 valid lines, AVX-512 VNNI, torch's one activation scale
 # per batch), gave no better agreement with float32: fbgemm the same outputs as x86, onednn

@@ -336,21 +336,6 @@ def _add_status_routes(app, info: dict[str, Any], state: ServerState, metrics) -
         return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 
-def request_preparer(translator: Translator, limits: RequestLimits):
-    """What a worker thread makes of a /translate body: the request parsed, checked and
-    escaped, its glossary's terms found, its lines split and encoded (or a RequestError)."""
-    defaults = translator.options  # what a request does not choose, the run's settings decide
-    check = request_checker(translator, limits)
-
-    def prepare(body: bytes) -> tuple[TranslateRequest, list[Source]]:
-        # On a worker thread: a large body takes a while to parse, split and encode, and the
-        # event loop must go on answering /health meanwhile. Encoded once, here, for the
-        # decoder too.
-        return check(parse_translate_request(body, limits, defaults))
-
-    return prepare
-
-
 def request_checker(translator: Translator, limits: RequestLimits):
     """What a worker thread makes of a parsed request (whichever API's body it came from):
     checked and escaped, its glossary's terms found, its lines split and encoded."""
