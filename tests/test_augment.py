@@ -17,8 +17,8 @@ from seq2seq.data.augment import (
     MODIFIERS,
     AugmentedEpoch,
     Ragged,
-    augment_pair,
     block_rng,
+    modified_pair,
     noise_line,
     rates_of,
     remove_end_punct,
@@ -67,16 +67,16 @@ def test_a_typo_changes_one_word_by_one_edit_and_typos_keep_the_word_count():
 
 
 def test_typos_touch_the_source_only():
-    rates = np.array([1.0 if m == "typos" else 0.0 for m in MODIFIERS])
-    src, tgt, _ = augment_pair(
-        "a very long sentence", "une phrase", None, rates, block_rng(1, 0, 0)
+    picked = np.array([m == "typos" for m in MODIFIERS])
+    src, tgt, _ = modified_pair(
+        "a very long sentence", "une phrase", None, picked, block_rng(1, 0, 0)
     )
     assert src != "a very long sentence" and tgt == "une phrase"
 
 
 def test_noise_is_the_same_random_printable_line_on_both_sides():
-    rates = np.array([1.0 if m == "noise" else 0.0 for m in MODIFIERS])
-    src, tgt, links = augment_pair("hello", "bonjour", [(0, 0)], rates, block_rng(1, 0, 0))
+    picked = np.array([m == "noise" for m in MODIFIERS])
+    src, tgt, links = modified_pair("hello", "bonjour", [(0, 0)], picked, block_rng(1, 0, 0))
     assert src == tgt and src != "hello" and links == []
     for seed in range(100):
         line = noise_line(np.random.default_rng(seed))
@@ -96,8 +96,8 @@ def test_tags_wrap_an_aligned_word_pair_or_without_alignments_both_sentences():
 
 
 def test_case_comes_before_tags_so_tags_stay_lower_case():
-    rates = np.array([1.0 if m in ("uppercase", "tags") else 0.0 for m in MODIFIERS])
-    src, tgt, _ = augment_pair("the car", "la voiture", [(1, 1)], rates, block_rng(0, 0, 0))
+    picked = np.array([m in ("uppercase", "tags") for m in MODIFIERS])
+    src, tgt, _ = modified_pair("the car", "la voiture", [(1, 1)], picked, block_rng(0, 0, 0))
     assert src.split()[0] == "THE" and src.split()[1][:3] in ("<b>", "<i>", "<u>")
 
 
@@ -105,9 +105,9 @@ def test_case_comes_before_tags_so_tags_stay_lower_case():
 def test_each_modifier_picks_pairs_at_its_rate(modifier):
     rates = rates_of(AugmentConfig(**{modifier: 0.3}))
     rng = np.random.default_rng(7)
+    draws = rng.random((4000, len(MODIFIERS))) < rates  # as an epoch's block draws them
     picked = sum(
-        augment_pair("the cat sleeps .", "le chat dort .", None, rates, rng) is not None
-        for _ in range(4000)
+        modified_pair("the cat sleeps .", "le chat dort .", None, p, rng) is not None for p in draws
     )
     assert abs(picked / 4000 - 0.3) < 0.03
 
@@ -116,7 +116,8 @@ def test_all_rates_zero_changes_nothing_and_is_the_default():
     assert not AugmentConfig().active()
     rates = rates_of(AugmentConfig())
     rng = np.random.default_rng(0)
-    assert all(augment_pair("a.", "b.", None, rates, rng) is None for _ in range(500))
+    draws = rng.random((500, len(MODIFIERS))) < rates
+    assert all(modified_pair("a.", "b.", None, p, rng) is None for p in draws)
 
 
 def test_the_same_seed_epoch_and_batch_give_the_same_changes_and_others_differ():
@@ -124,8 +125,10 @@ def test_the_same_seed_epoch_and_batch_give_the_same_changes_and_others_differ()
 
     def run(seed, epoch, batch):
         rng = block_rng(seed, epoch, batch)
+        draws = rng.random((50, len(MODIFIERS))) < rates
         return [
-            augment_pair(f"sentence number {i} .", "phrase .", None, rates, rng) for i in range(50)
+            modified_pair(f"sentence number {i} .", "phrase .", None, draws[i], rng)
+            for i in range(50)
         ]
 
     assert run(1, 2, 3) == run(1, 2, 3)

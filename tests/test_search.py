@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 
 from seq2seq.config import DecodeConfig, ModelConfig
 from seq2seq.data.batching import no_peek_mask, pad, padding_mask
-from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.data.tokenizer import BOS_ID, DEFAULT_IDS, EOS_ID
 from seq2seq.decode.search import (
-    NEVER_GENERATED,
     SearchError,
     beam_search,
     decode,
@@ -23,6 +22,8 @@ from seq2seq.decode.search import (
 )
 from seq2seq.decode.step import POLL_STEPS, Settings
 from seq2seq.model.transformer import Transformer
+
+NEVER_GENERATED = list(DEFAULT_IDS.never_generated)  # padding and BOS, with the default ids
 
 
 def _model(seed: int, vocab: int = 40, norm_first: bool = False) -> Transformer:

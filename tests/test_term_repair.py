@@ -5,7 +5,7 @@ model's score where the table cannot tell. Pure functions: no model, a stand-in 
 from __future__ import annotations
 
 from seq2seq.decode import repair_fr
-from seq2seq.decode.term_repair import Placed, repair, table_for
+from seq2seq.decode.term_repair import Placed, repaired, table_for
 
 
 def _fixed(left: str, term: str, right: str, gender=None, number="sg", known=()) -> str:
@@ -13,7 +13,7 @@ def _fixed(left: str, term: str, right: str, gender=None, number="sg", known=())
         raise AssertionError(f"the table should have decided, not the model: {candidates}")
 
     placed = Placed(left, term, right, gender, number)
-    return repair(placed, repair_fr, refuse, lambda w: w in known)
+    return repaired(placed, repair_fr, refuse, lambda w: w in known).text
 
 
 def test_a_masculine_term_after_la_takes_le():
@@ -60,7 +60,8 @@ def test_a_made_up_name_without_gender_takes_the_determiner_the_model_scores_bet
         asked.append(candidates)
         return 1
 
-    text = repair(Placed("Ouvrez le ", "Korvalo", ".", None), repair_fr, model, lambda w: False)
+    placed = Placed("Ouvrez le ", "Korvalo", ".", None)
+    text = repaired(placed, repair_fr, model, lambda w: False).text
     assert asked == [["Ouvrez le Korvalo.", "Ouvrez la Korvalo."]]
     assert text == "Ouvrez la Korvalo."
 
@@ -73,7 +74,7 @@ def test_an_adjective_after_the_term_is_chosen_among_known_forms_that_agree():
         return candidates.index("Vérifiez le montant élevé.")
 
     placed = Placed("Vérifiez la ", "montant", " élevée.", "m")
-    text = repair(placed, repair_fr, model, lambda w: w in {"élevé", "élevée"})
+    text = repaired(placed, repair_fr, model, lambda w: w in {"élevé", "élevée"}).text
     assert asked == [["Vérifiez le montant élevée.", "Vérifiez le montant élevé."]]
     assert text == "Vérifiez le montant élevé."
 
@@ -86,7 +87,7 @@ def test_agreement_is_left_alone_when_the_determiner_did_not_change():
 
 def test_a_language_without_a_table_gets_the_term_only():
     assert table_for("de") is None and table_for("fr") is repair_fr and table_for("fr_FR")
-    text = repair(Placed("Öffnen Sie die ", "Knopf", ".", "m"), None, None, None)
+    text = repaired(Placed("Öffnen Sie die ", "Knopf", ".", "m"), None, None, None).text
     assert text == "Öffnen Sie die Knopf."
 
 

@@ -155,14 +155,6 @@ def rates_of(cfg: AugmentConfig) -> np.ndarray:
     return np.array([getattr(cfg, m) for m in MODIFIERS], dtype=np.float64)
 
 
-def augment_pair(
-    src: str, tgt: str, links: Links | None, rates: np.ndarray, rng: np.random.Generator
-) -> tuple[str, str, Links | None] | None:
-    """The pair with the modifiers its draws picked (each independently, with its rate), and
-    its word links as they now stand; None when none was picked. Noise replaces the pair."""
-    return modified_pair(src, tgt, links, rng.random(len(MODIFIERS)) < rates, rng)
-
-
 def modified_pair(
     src: str, tgt: str, links: Links | None, picked: np.ndarray, rng: np.random.Generator
 ) -> tuple[str, str, Links | None] | None:

@@ -44,8 +44,6 @@ from seq2seq.decode.step import (
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import Transformer
 
-NEVER_GENERATED = list(DEFAULT_IDS.never_generated)  # padding and BOS, with the default ids
-
 
 def decode(
     model: Transformer,

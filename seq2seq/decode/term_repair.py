@@ -47,15 +47,10 @@ def table_for(language: str):
     return TABLES.get(language.split("_")[0].split("-")[0].lower())
 
 
-def repair(placed: Placed, table, choose: Choose, known: Known) -> str:
-    """The sentence with the determiner before the term and the adjectives after it agreeing
-    with the term (`table`: a language's rules; `choose`: the model's pick among candidates;
-    `known`: whether an inflected form is a word the model knows)."""
-    return repaired(placed, table, choose, known).text
-
-
 def repaired(placed: Placed, table, choose: Choose, known: Known) -> Placed:
-    """`repair`, as the term with the text before and after it rewritten."""
+    """The placed term with the determiner before it and the adjectives after it agreeing with
+    it (`table`: a language's rules; `choose`: the model's pick among candidates; `known`:
+    whether an inflected form is a word the model knows)."""
     if table is None:
         return placed
     lefts = repaired_lefts(placed.left, placed.term, placed.gender, placed.number, table)
