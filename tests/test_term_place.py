@@ -253,3 +253,15 @@ def test_placing_reads_the_plain_searchs_encoder_output_instead_of_encoding_agai
     finally:
         del t.model.encode
     assert "volet" in out and t.term_stats["placed"] == 1 and encoded == [1]
+
+
+def test_the_term_inflected_elsewhere_in_the_source_does_not_bar_its_own_renderings(tiny):
+    placer = _with(tiny, None).placer
+    source = "A dialog holds one dialog, the dialogs say."
+    hit = Hit(source.index("dialog"), source.index("dialog") + 6, "boîte-dialogue")
+    renderings = placer._renderings(source, hit)
+    avoid = placer._others(source, hit, renderings)
+    assert "dialogs" not in avoid and "holds" in avoid
+    output = "Une boîte de dialogue tient une boîte de dialogue."
+    span = locate(output, source, hit, renderings, set(), [], avoid)
+    assert output[span.start : span.end] == "boîte de dialogue"

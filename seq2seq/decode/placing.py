@@ -30,6 +30,7 @@ from seq2seq.decode.term_place import (
     Span,
     insertion_points,
     locate,
+    same_word,
     source_words,
     whitespace_index,
     written,
@@ -253,7 +254,10 @@ class TermPlacer:
         rest = source[: hit.start] + " " + source[hit.end :]
         found = self.lexicon.renderings(rest) if self.lexicon else []
         words = [w for w in rest.lower().split() if len(w) >= 3]
-        return [w for w in dict.fromkeys([*found, *words]) if w not in renderings]
+        # Not one of the term's own renderings inflected: "dialogs" elsewhere in the sentence
+        # must not bar "dialogue" from the span of "dialog".
+        own = [w for w in dict.fromkeys([*found, *words]) if w not in renderings]
+        return [w for w in own if not any(same_word(w, r) for r in renderings)]
 
     def _known(self, word: str) -> bool:
         """Whether the model knows a word form: seen in its training text, else one piece."""
