@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from types import SimpleNamespace
 
 import pytest
 
@@ -267,14 +266,3 @@ def test_the_page_asks_for_a_key_and_sends_it(keyed):
     settings = keyed.client.get("/frontend/settings").json()
     assert settings["keyRequired"] is True
     assert keyed.client.get("/info").json()["decode"]["beam_size"] >= 1  # what the page reads
-
-
-def test_request_key_is_none_without_keys_and_the_presented_key_with_them():
-    from seq2seq.serve.keys import request_key
-
-    def request(keys):
-        app = SimpleNamespace(state=SimpleNamespace(keys=keys))
-        return SimpleNamespace(app=app, headers={"authorization": "Bearer k"})
-
-    assert request_key(request(KeyCheck(None))) is None
-    assert request_key(request(KeyCheck({"k": KeyLimits()}))) == "k"

@@ -25,13 +25,10 @@ as plain text, tags and all, and a warning names the line.
 from __future__ import annotations
 
 import html
-import logging
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-
-log = logging.getLogger(__name__)
 
 FORMATS = ("html", "xml")
 VOID_ELEMENTS = frozenset(

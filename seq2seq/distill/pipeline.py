@@ -4,7 +4,6 @@ score; then the chunks joined into the student's corpus."""
 from __future__ import annotations
 
 import json
-import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +29,6 @@ from seq2seq.distill.join import join
 from seq2seq.distill.select import closest_to_reference
 from seq2seq.distill.teachers import load_backward, load_teacher, run_inputs
 from seq2seq.errors import UserError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,6 @@ def create_app(
     _add_error_handler(app)
     _add_status_routes(app, models.described(), state, metrics)
     _add_model_routes(app, models)
-    app.state.keys = keys  # what keys.request_key reads
     # LibreTranslate's POST /translate shares the native route's path: that route hands it on.
     libre = add_libretranslate_routes(app, models, keys, documents)
     add_deepl_routes(

@@ -113,17 +113,6 @@ def presented_key(headers, fields: dict | None = None) -> str | None:
     return None
 
 
-def request_key(request, fields: dict | None = None) -> str | None:
-    """The key a request was let in with, for what is kept per key (usage, glossaries): the
-    key it presents (see `presented_key`; `fields`: its body's fields), or None when the server
-    has no keys (then every client is one and the same). Call it after the route's key check
-    (`authorize` in libretranslate.py or deepl.py) has let the request in: it checks nothing."""
-    keys = getattr(request.app.state, "keys", None)
-    if keys is None or not keys.required:
-        return None
-    return presented_key(request.headers, fields)
-
-
 class KeyCheck:
     """Who may call: anyone when there are no keys, else holders of a key within its limits;
     and the characters translated for each key (for everyone together when there are none),
