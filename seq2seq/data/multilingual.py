@@ -187,9 +187,7 @@ def tokenizer_files(run_dir: Path, cfg: TokenizerConfig) -> list[Path]:
     return [folder / SPM_FILE, *([folder / VOCAB_FILE] if cfg.layout == "m2m100" else [])]
 
 
-def load_language_tokenizer(
-    folder: Path, cfg: TokenizerConfig, src_lang: str = "", tgt_lang: str = ""
-) -> LanguageTokenizer:
+def load_language_tokenizer(folder: Path, cfg: TokenizerConfig) -> LanguageTokenizer:
     """The tokenizer of a folder holding `sentencepiece.bpe.model` (and M2M100's vocab.json)."""
     folder = Path(folder)
     sp = load_processor(folder / SPM_FILE)
@@ -205,7 +203,7 @@ def load_language_tokenizer(
     top = max([*vocab.values(), *cfg.languages.values()], default=0)
     if top >= cfg.vocab_size:
         raise UserError(f"{folder}: id {top} is beyond the model's {cfg.vocab_size} embeddings")
-    return LanguageTokenizer(sp, vocab, cfg=cfg, src_lang=src_lang, tgt_lang=tgt_lang)
+    return LanguageTokenizer(sp, vocab, cfg=cfg)
 
 
 def tagged_tokenizer(sp: spm.SentencePieceProcessor, cfg: TokenizerConfig) -> LanguageTokenizer:

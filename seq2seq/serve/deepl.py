@@ -45,13 +45,10 @@ SPLIT = {"0": False, "1": True, "nonewlines": True}
 TAGS = {"xml": "xml", "html": "html"}
 
 
-def _message(status: int, message: str, detail: str | None = None, headers=None):
+def _message(status: int, message: str, headers=None):
     from fastapi.responses import JSONResponse  # the optional `serve` extra
 
-    body = {"message": sendable(message)}
-    if detail is not None:
-        body["detail"] = sendable(detail)
-    return JSONResponse(body, status, headers=headers)
+    return JSONResponse({"message": sendable(message)}, status, headers=headers)
 
 
 def refusal(e: RequestError):
