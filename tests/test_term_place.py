@@ -265,13 +265,3 @@ def test_the_term_inflected_elsewhere_in_the_source_does_not_bar_its_own_renderi
     output = "Une boîte de dialogue tient une boîte de dialogue."
     span = locate(output, source, hit, renderings, set(), [], avoid)
     assert output[span.start : span.end] == "boîte de dialogue"
-
-
-def test_the_term_written_for_another_source_word_does_not_count_as_held(tiny, scripted, tmp_path):
-    (tmp_path / "term_dictionary.tsv").write_text("file\tfichier\ndocument\tdocument\n")
-    lexicon = TermLexicon(dictionary=tmp_path / "term_dictionary.tsv")
-    scripted[0] = "fermez le fichier et ouvrez le document."
-    t = _with(tiny, make_glossary([("file", "document")]), lexicon)
-    (out,) = t.translate(["Close the file and open the document."])
-    assert out.split()[2] == "document" and out.count("document") == 2  # where "fichier" was
-    assert t.term_stats["placed"] == 1 and not t.term_stats["held"]

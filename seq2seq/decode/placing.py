@@ -51,13 +51,13 @@ class PlacedHypothesis(Hypothesis):
     links: tuple[tuple[int, int], ...] = ()
 
 
-def missing_hits(hits: tuple[Hit, ...], text: str, besides: Counter | None = None) -> list[Hit]:
+def missing_hits(hits: tuple[Hit, ...], text: str) -> list[Hit]:
     """The hits whose target term `text` lacks (a term needed n times and held m < n times:
-    its last n − m hits; `besides[term]`: occurrences other source words account for)."""
+    its last n − m hits)."""
     wanted = Counter(h.target for h in hits)
     out = []
     for target, n in wanted.items():
-        have = max(0, occurrences(target, text) - (besides or {}).get(target, 0))
+        have = occurrences(target, text)
         if have < n:
             out.extend([h for h in hits if h.target == target][have:])
     return sorted(out, key=lambda h: h.start)
@@ -116,7 +116,7 @@ class TermPlacer:
                 fallback.append(j)
                 continue
             (text,) = tok.decode_tgt([found[j][0].tokens])
-            missing = missing_hits(seg.hits, " ".join(text.split()), self._besides(seg))
+            missing = missing_hits(seg.hits, " ".join(text.split()))
             if missing:
                 todo.append((j, " ".join(text.split()), missing))
             else:
@@ -247,20 +247,6 @@ class TermPlacer:
         # A hyphenated term's parts too: "boîte de dialogue" becomes "boîte-dialogue" whole.
         parts = [w for w in re.split(r"[\s\-‐]+", hit.target.lower()) if w]
         return list(dict.fromkeys([*found, *words.lower().split(), *parts]))
-
-    def _besides(self, seg) -> Counter:
-        """Per target term, the source words outside the glossary's hits that are written as it
-        (copied, or their usual rendering): "document" in "the file of the document", where
-        file → document, is no occurrence of the term for "file"."""
-        outside = [(m.start(), m.group()) for m in re.finditer(r"\w+", seg.source)]
-        outside = [w for at, w in outside if not any(h.start <= at < h.end for h in seg.hits)]
-        found: Counter = Counter()
-        for target in {h.target for h in seg.hits if " " not in h.target}:
-            low = target.lower()
-            for word in outside:
-                rendered = self.lexicon.renderings(word) if self.lexicon else []
-                found[target] += word.lower() == low or low in rendered
-        return found
 
     def _others(self, source: str, hit: Hit, renderings: list[str]) -> list[str]:
         """What the sentence's other source words are written as (their renderings, the words
