@@ -200,10 +200,10 @@ def sampling_probabilities(sizes: Sequence[int], temperature: float) -> np.ndarr
 
 
 def iterate(
-    dataset, batches: Sequence[np.ndarray], start: int = 0, ids: SpecialIds = DEFAULT_IDS
+    dataset, batches: Sequence[np.ndarray], ids: SpecialIds = DEFAULT_IDS
 ) -> Iterator[Batch]:
-    """Collate batches `start…` of a tokenized dataset (columns `src_ids`, `tgt_ids`)."""
-    for idx in batches[start:]:
+    """Collate the batches of a tokenized dataset (columns `src_ids`, `tgt_ids`)."""
+    for idx in batches:
         yield _collate_rows(dataset, idx, ids)
 
 
@@ -277,4 +277,3 @@ def update_groups(
         mine = first + rank * update_freq
         groups.append((end, list(range(mine, min(mine + update_freq, end)))))
     return groups
-

@@ -79,16 +79,16 @@ def keeps_markers(tokenizer: Tokenizer) -> bool:
     return all(pieces.count(marker) == 1 for marker in TERM_SYMBOLS)
 
 
-def without_annotations(pieces: list[str], blank: str = "") -> list[str]:
+def without_annotations(pieces: list[str]) -> list[str]:
     """Source pieces with each annotation (`<t>` to `</t>`, and a bare "▁" before it) made
-    `blank`, so that words count as in the source before it was annotated."""
+    empty, so that words count as in the source before it was annotated."""
     out, inside = list(pieces), False
     for i, piece in enumerate(pieces):
         if piece == TERM_OPEN:
             inside = True
             if i and pieces[i - 1] == "▁":
-                out[i - 1] = blank
+                out[i - 1] = ""
         if inside:
-            out[i] = blank
+            out[i] = ""
         inside = inside and piece != TERM_CLOSE
     return out

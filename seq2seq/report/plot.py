@@ -45,11 +45,11 @@ def read_metrics(run_dir: Path) -> tuple[list[dict], list[dict]]:
     return train, valid
 
 
-def plot_curves(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
+def plot_curves(run_dir: Path, out: Path | None = None) -> Path:
     """Loss (train and valid), validation BLEU and learning rate against steps, as one PNG."""
     plt = _pyplot()
     train, valid = read_metrics(run_dir)
-    fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.2), dpi=dpi)
+    fig, (ax_loss, ax_bleu, ax_lr) = plt.subplots(1, 3, figsize=(15, 4.2), dpi=100)
     if train:
         ax_loss.plot([r["step"] for r in train], [r["loss"] for r in train], label="train", lw=1)
     if valid:
@@ -79,7 +79,7 @@ def plot_curves(run_dir: Path, out: Path | None = None, dpi: int = 100) -> Path:
     return _save(plt, fig, out or Path(run_dir) / "curves.png")
 
 
-def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 100) -> Path:
+def plot_positions(out: Path, d_model: int = 64, length: int = 50) -> Path:
     """§3.5 sinusoidal positional encodings as a heatmap: positions down, dimensions across."""
     if d_model < 2 or d_model % 2:
         raise UserError(f"--d-model must be an even number of at least 2, not {d_model}")
@@ -87,7 +87,7 @@ def plot_positions(out: Path, d_model: int = 64, length: int = 50, dpi: int = 10
         raise UserError(f"--length must be at least 1, not {length}")
     plt = _pyplot()
     pe = sinusoidal_positions(length, d_model).numpy()
-    fig, ax = plt.subplots(figsize=(8, 5), dpi=dpi)
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
     image = ax.imshow(pe, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
     ax.set(
         title=f"sinusoidal positional encoding (§3.5), d_model={d_model}",
@@ -108,8 +108,6 @@ def plot_attention(
     out_pieces: list[str],
     weights: list,
     out: Path,
-    *,
-    dpi: int = 100,
 ) -> Path:
     """Per decoder layer, the head-averaged cross-attention then each head; source on x,
     output on y. `weights` holds one [heads, output, source] array per layer."""
@@ -120,7 +118,7 @@ def plot_attention(
         layers,
         heads + 1,
         figsize=((heads + 1) * cell, layers * cell),
-        dpi=dpi,
+        dpi=100,
         squeeze=False,
     )
     size = 7 if max(len(src_pieces), len(out_pieces)) <= 20 else 5

@@ -84,14 +84,14 @@ def barrier(info: Dist) -> None:
 LONG_WAIT = timedelta(hours=24)
 
 
-def new_waiting_group(info: Dist, timeout: timedelta = LONG_WAIT):
-    """A gloo group of every rank whose collectives time out after `timeout` (None without
+def new_waiting_group(info: Dist):
+    """A gloo group of every rank whose collectives time out after LONG_WAIT (None without
     DDP); every rank calls this together, before the wait it is made for."""
     if not info.enabled:
         return None
     # gloo whatever the training backend: waiting is all it does, on the CPU, with no NCCL
     # communicator (and its watchdog) held open on the GPU for hours.
-    return dist.new_group(backend="gloo", timeout=timeout)
+    return dist.new_group(backend="gloo", timeout=LONG_WAIT)
 
 
 def wait_in(group, info: Dist) -> None:
