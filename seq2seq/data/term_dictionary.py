@@ -2,7 +2,7 @@
 in a sentence pair: read from a `source<TAB>target` file, or built from a parallel corpus by
 word co-occurrence. Built, each content word (4+ letters, lower case) of the source keeps the
 target word with the best Dice coefficient over sentence pairs, 2·c(s,t) / (c(s) + c(t)), when
-that is at least `min_dice` and the two share at least `min_pairs` pairs (the idea of the
+that is at least MIN_DICE and the two share at least `min_pairs` pairs (the idea of the
 lexical shortlist, over words instead of pieces)."""
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ def dice_dictionary(
     tgt: Iterable[str],
     *,
     wanted: set[str] | None = None,
-    min_dice: float = MIN_DICE,
     min_pairs: int = MIN_PAIRS,
 ) -> dict[str, str]:
     """Source word → its best target word by Dice over the sentence pairs (only the source words
@@ -75,7 +74,7 @@ def dice_dictionary(
     first = torch.ones(order.numel(), dtype=torch.bool)
     first[1:] = s_id[order][1:] != s_id[order][:-1]
     best = order[first]
-    keep = best[(dice[best] >= min_dice) & (pairs[best] >= min_pairs)]
+    keep = best[(dice[best] >= MIN_DICE) & (pairs[best] >= min_pairs)]
     s_words, t_words = list(s_vocab), list(t_vocab)
     return {s_words[s]: t_words[t] for s, t in zip(s_id[keep].tolist(), t_id[keep].tolist())}
 
