@@ -214,11 +214,11 @@ def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripte
     t = _with(tiny, make_glossary([("window", "croisée")]), lexicon)
     chosen = []
 
-    def choose_longest_lead(src_ids, texts, options, memo=None):  # the model's score, scripted
+    def choose_longest_lead(sources, texts, options, memo=None, scored_from=0):  # scripted
         chosen.append(texts)
         return [float(len(x)) for x in texts]
 
-    t.placer.log_probs = choose_longest_lead
+    t.placer.pair_log_probs = choose_longest_lead
     segment = t.prepare(["Click the window twice."])[0]
     (seg,) = translator_module.flatten([segment])
     text, links, inserted = t.placer._place_one(
@@ -265,3 +265,17 @@ def test_the_term_inflected_elsewhere_in_the_source_does_not_bar_its_own_renderi
     output = "Une boîte de dialogue tient une boîte de dialogue."
     span = locate(output, source, hit, renderings, set(), [], avoid)
     assert output[span.start : span.end] == "boîte de dialogue"
+
+
+def test_the_models_choice_scores_only_where_candidates_differ_and_picks_as_full_scores_do(tiny):
+    t = _with(tiny, None)
+    (segment,) = t.prepare(["Click the window twice."])
+    src = list(segment.segments[0])
+    texts = [f"cliquez sur {w} deux fois." for w in ("la fenêtre", "le volet", "les boutons")]
+    full = t.placer.log_probs(src, texts, PLACE)
+    assert t.placer._chooser(src, PLACE)(texts) == max(range(3), key=lambda i: full[i])
+    ids = t.tokenizer.encode_tgt(texts)
+    shared = next(i for i in range(len(ids[0])) if len({seq[i] for seq in ids}) > 1)
+    tails = t.placer.pair_log_probs([src] * 3, texts, PLACE, scored_from=shared)
+    heads = t.placer.pair_log_probs([src], texts[:1], PLACE)[0] - tails[0]
+    assert [heads + x for x in tails] == pytest.approx(full, abs=1e-4)

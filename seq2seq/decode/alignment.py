@@ -122,11 +122,14 @@ def replay(
     special: SpecialIds,
     memory: torch.Tensor | None = None,
     head: int | None = None,
+    scored_from: int = 0,
 ) -> list[Replayed]:
     """Teacher-force each target (ids with EOS) on its padded source row: the cross-attention of
     the decoder `layers` (negative: from the top), averaged over their heads (or only `head`'s)
     and them (none: no attention), and, with `log_probs`, each target id's log-probability.
-    `memory`: the batch's encoder output, if the search kept it."""
+    `memory`: the batch's encoder output, if the search kept it; `scored_from`: the first
+    position whose log-probability is wanted (targets that share their first tokens need no
+    output layer there: it is the costly one)."""
     n_layers = len(model.decoder_layers)
     for layer in layers:
         if not -n_layers <= layer < n_layers:
@@ -151,14 +154,14 @@ def replay(
     weights = None if weights is None else weights.cpu()
     token_lp = None
     if log_probs:
-        logits = model.logits(model.decoder_norm(x)).float()
-        target = pad(tgt, pad_id=special.pad).to(src.device)
+        logits = model.logits(model.decoder_norm(x[:, scored_from:])).float()
+        target = pad(tgt, pad_id=special.pad).to(src.device)[:, scored_from:]
         token_lp = (logits.log_softmax(-1).gather(2, target.unsqueeze(2)).squeeze(2)).cpu()
     src_lens = src_mask.sum(1).tolist()
     return [
         Replayed(
             None if weights is None else weights[b, : len(t), : src_lens[b]],
-            None if token_lp is None else token_lp[b, : len(t)].tolist(),
+            None if token_lp is None else token_lp[b, : max(0, len(t) - scored_from)].tolist(),
         )
         for b, t in enumerate(tgt)
     ]

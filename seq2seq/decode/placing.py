@@ -275,7 +275,12 @@ class TermPlacer:
         """The model's choice among candidate texts: the highest teacher-forced log-probability."""
 
         def choose(texts: list[str]) -> int:
-            scores = self.log_probs(src_ids, texts, options, memo)
+            if len(texts) < 2:
+                return 0
+            # The candidates' shared first tokens score alike in each: only the rest is scored.
+            ids = self.translator.tokenizer.encode_tgt(texts)
+            shared = _shared_prefix(ids)
+            scores = self.pair_log_probs([list(src_ids)] * len(texts), texts, options, memo, shared)
             return max(range(len(texts)), key=lambda i: scores[i])
 
         return choose
@@ -286,10 +291,15 @@ class TermPlacer:
         return self.pair_log_probs([list(src_ids)] * len(texts), texts, options, memo)
 
     def pair_log_probs(
-        self, sources: list[list[int]], texts: list[str], options, memo: EncoderMemo | None = None
+        self,
+        sources: list[list[int]],
+        texts: list[str],
+        options,
+        memo: EncoderMemo | None = None,
+        scored_from: int = 0,
     ) -> list[float]:
         """Each text's log-probability as the translation of its source, EOS included, in
-        the translator's batches."""
+        the translator's batches (from its token `scored_from` on)."""
         t = self.translator
         tgt = (
             [[*ids, t.tokenizer.ids.eos] for ids in t.tokenizer.encode_tgt(texts)] if texts else []
@@ -307,6 +317,7 @@ class TermPlacer:
                 log_probs=True,
                 special=t.tokenizer.ids,
                 memory=None if memo is None else memo.memory(src, [sources[j] for j in chunk]),
+                scored_from=scored_from,
             )
             for j, r in zip(chunk, found):
                 out[j] = float(sum(r.log_probs))
@@ -323,6 +334,12 @@ class TermPlacer:
             norm = length_penalty(len(ids) + 1, options.length_penalty, options.length_norm)
             out.append(PlacedHypothesis(ids, lp / norm, lp, links=tuple(links)))
         return out
+
+
+def _shared_prefix(seqs: list[list[int]]) -> int:
+    """How many first tokens every sequence shares."""
+    n = min(map(len, seqs), default=0)
+    return next((i for i in range(n) if len({seq[i] for seq in seqs}) > 1), n)
 
 
 def _around(text: str, at: int) -> tuple[str, str]:
