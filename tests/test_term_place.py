@@ -82,7 +82,8 @@ def test_the_placed_text_is_scored_as_written(tiny, scripted, lexicon):
     t = _with(tiny, make_glossary([("window", "volet")]), lexicon)
     [[(text, score)]] = t.translate_nbest(["Close the window."], options=PLACE)
     (ids,) = t.tokenizer.encode_tgt([text])
-    (expected,) = t.placer.log_probs(t.prepare(["Close the window."])[0].segments[0], [text], PLACE)
+    source = t.prepare(["Close the window."])[0].segments[0]
+    (expected,) = t.placer.scorer.log_probs(source, [text], PLACE)
     assert score == pytest.approx(expected / ((5 + len(ids) + 1) / 6) ** PLACE.length_penalty)
 
 
@@ -149,7 +150,7 @@ def constrained_beams(monkeypatch):
 
 def test_a_term_without_a_span_is_put_in_without_the_constrained_beam(tiny, constrained_beams):
     t = _with(tiny, make_glossary([("window", "croisée")]))
-    t.placer._links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
+    t.placer.scorer.links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
     (out,) = t.translate(["The window is open."])
     assert "croisée" in out and constrained_beams == []
     assert t.term_stats["inserted"] == 1 and not t.term_stats["fallback"]
@@ -159,7 +160,7 @@ def test_a_term_neither_placed_nor_put_in_falls_back_to_the_constrained_beam_at_
     tiny, constrained_beams
 ):
     t = _with(tiny, make_glossary([("window", "croisée")]))
-    t.placer._links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
+    t.placer.scorer.links = lambda segments, hyps, options, memo=None: [set()] * len(hyps)
     t.placer._insertion = lambda *args: None  # e.g. an output of one word: nowhere to put it
     (out,) = t.translate(["The window is open."])
     assert "croisée" in out
@@ -218,7 +219,7 @@ def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripte
         chosen.append(texts)
         return [float(len(x)) for x in texts]
 
-    t.placer.pair_log_probs = choose_longest_lead
+    t.placer.scorer.pair_log_probs = choose_longest_lead
     segment = t.prepare(["Click the window twice."])[0]
     (seg,) = translator_module.flatten([segment])
     text, links, inserted = t.placer._place_one(
@@ -273,10 +274,10 @@ def test_the_models_choice_scores_only_where_candidates_differ_and_picks_as_full
     (segment,) = t.prepare(["Click the window twice."])
     src = list(segment.segments[0])
     texts = [f"cliquez sur {w} deux fois." for w in ("la fenêtre", "le volet", "les boutons")]
-    full = t.placer.log_probs(src, texts, PLACE)
-    assert t.placer._chooser(src, PLACE)(texts) == max(range(3), key=lambda i: full[i])
+    full = t.placer.scorer.log_probs(src, texts, PLACE)
+    assert t.placer.scorer.chooser(src, PLACE)(texts) == max(range(3), key=lambda i: full[i])
     ids = t.tokenizer.encode_tgt(texts)
     shared = next(i for i in range(len(ids[0])) if len({seq[i] for seq in ids}) > 1)
-    tails = t.placer.pair_log_probs([src] * 3, texts, PLACE, scored_from=shared)
-    heads = t.placer.pair_log_probs([src], texts[:1], PLACE)[0] - tails[0]
+    tails = t.placer.scorer.pair_log_probs([src] * 3, texts, PLACE, scored_from=shared)
+    heads = t.placer.scorer.pair_log_probs([src], texts[:1], PLACE)[0] - tails[0]
     assert [heads + x for x in tails] == pytest.approx(full, abs=1e-4)
