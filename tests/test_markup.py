@@ -146,6 +146,16 @@ def test_a_tag_around_a_word_with_no_alignment_takes_the_output_word_between_its
     )
 
 
+def test_two_sibling_tags_aligned_to_one_word_take_it_and_the_word_after():
+    marked = parse("if you <b>know</b> the <i>name</i> and place")
+    pairs = [(0, 0), (1, 1), (2, 2), (3, 3), (4, 2), (5, 4), (6, 5)]  # know, name → "le"
+    assert reinsert(marked, "si vous le nom et lieu", pairs) == (
+        "si vous <b>le</b> <i>nom</i> et lieu"
+    )
+    taken = [(0, 0), (1, 1), (2, 3), (4, 3)]  # both → the last word: the one before it
+    assert reinsert(marked, "si vous savez nom", taken) == "si vous <i>savez</i> <b>nom</b>"
+
+
 def test_a_tag_with_no_alignment_and_no_word_between_its_neighbours_stays_empty():
     marked = parse("Click <b>Save</b> now")
     assert reinsert(marked, "Cliquez maintenant", [(0, 0), (2, 1)]) == (

@@ -123,15 +123,19 @@ def _reference_place(
     placed: list[tuple[int, int]] = []
     for span in marked.spans:  # in opening order: a parent is placed before its children
         first, last = _reference_target_span(span, n_tgt, pairs)
-        if span.parent is not None:
-            p_first, p_last = placed[span.parent]
-            first, last = max(first, p_first), min(last, p_last)
+        bounds = (0, n_tgt - 1) if span.parent is None else placed[span.parent]
+        first, last = max(first, bounds[0]), min(last, bounds[1])
         taken = [
             placed[k]
             for k, other in enumerate(marked.spans[: len(placed)])
             if other.parent == span.parent and placed[k][0] <= placed[k][1]
         ]
-        placed.append(_reference_free_part(first, last, taken))
+        part = _reference_free_part(first, last, taken)
+        if part[0] > part[1] and first <= last:  # its words taken: the free word after, or before
+            free = [w for w in (last + 1, first - 1) if bounds[0] <= w <= bounds[1]]
+            free = [w for w in free if not any(a <= w <= b for a, b in taken)]
+            part = (free[0], free[0]) if free else (1, 0)
+        placed.append(part)
     return placed
 
 

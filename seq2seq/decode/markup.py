@@ -12,9 +12,11 @@ aligned to its nearest aligned neighbours (the line's ends where it has none), a
 unaligned most often went where its neighbours leave room.
 
 The output is always well-formed with exactly the input's tags: where alignment would make two
-tags cross, the inner one is cut to fit inside the outer, and a tag left with no output word is
-kept, empty, where its first word would go. Placeholder-shaped text the model writes itself is
-dropped (every placeholder of the source was taken out, so such text is invented). Text is
+tags cross, the inner one is cut to fit inside the outer; a tag whose words a sibling took (both
+aligned to one output word) wraps the free word just after them, else just before; and a tag
+left with no output word is kept, empty, where its first word would go. Placeholder-shaped
+text the model writes itself is dropped (every placeholder of the source was taken out, so such
+text is invented). Text is
 unescaped (`&amp;` → `&`) for the model and `&`, `<`, `>` escaped in the output. With `html`,
 void elements (`<br>`, `<img …>`) need no `/`; with `xml` every tag must close.
 
@@ -236,17 +238,30 @@ def _place(spans: list[Span], aligned: _Aligned) -> list[tuple[int, int]]:
         first, last = aligned.span(span.first, span.last)
         if first > last:  # its words have no alignment: the place their neighbours leave
             first, last = aligned.between(span.first, span.last)
-        if span.parent is not None:
-            p_first, p_last = placed[span.parent]
-            first, last = max(first, p_first), min(last, p_last)
+        bounds = (0, aligned.n_tgt - 1) if span.parent is None else placed[span.parent]
+        first, last = max(first, bounds[0]), min(last, bounds[1])
         starts, ends = taken.setdefault(span.parent, ([], []))
         part = _free_part(first, last, starts, ends)
+        if part[0] > part[1] and first <= last:  # siblings took its words: a free one beside
+            part = _beside(first, last, bounds, starts, ends)
         if part[0] <= part[1]:
             at = bisect_left(starts, part[0])
             starts.insert(at, part[0])
             ends.insert(at, part[1])
         placed.append(part)
     return placed
+
+
+def _beside(first, last, bounds, starts: list[int], ends: list[int]) -> tuple[int, int]:
+    """The word just after [first, last], else just before, if it is within `bounds` and no
+    interval (starts[k], ends[k]) covers it: a tag whose words a sibling took (two tags aligned
+    to one output word) wraps its neighbour rather than nothing, so a document's run keeps its
+    formatting."""
+    for w in (last + 1, first - 1):
+        k = bisect_right(starts, w) - 1
+        if bounds[0] <= w <= bounds[1] and not (k >= 0 and ends[k] >= w):
+            return w, w
+    return 1, 0
 
 
 def _free_part(first: int, last: int, starts: list[int], ends: list[int]) -> tuple[int, int]:
