@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 
 # Before anything imports `datasets`: no network, and a cache that is not the user's.
@@ -26,6 +27,16 @@ from tests.servers import redis_server  # noqa: E402
 @pytest.fixture(autouse=True)
 def _seeded():
     torch.manual_seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _keep_sigpipe():
+    # `translate` and `score` set SIGPIPE to the default action, as a shell filter should; run
+    # in-process they would leave it so, and a later test writing to a socket its peer closed
+    # would kill pytest itself ("make: *** Broken pipe").
+    saved = signal.getsignal(signal.SIGPIPE)
+    yield
+    signal.signal(signal.SIGPIPE, saved)
 
 
 @pytest.fixture

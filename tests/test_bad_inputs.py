@@ -8,7 +8,6 @@ other user errors 1; `seq2seq --debug …` shows the traceback for any of them.
 from __future__ import annotations
 
 import math
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,14 +27,6 @@ from tests.runs import copy_run
 def run_dir(trained_tiny_run) -> Path:
     """A real (two-step) run directory: config, tokenizer, checkpoints."""
     return trained_tiny_run
-
-
-@pytest.fixture(autouse=True)
-def _keep_sigpipe():
-    # `translate` sets SIGPIPE to the default action, as a shell filter should; not in pytest.
-    saved = signal.getsignal(signal.SIGPIPE)
-    yield
-    signal.signal(signal.SIGPIPE, saved)
 
 
 @dataclass
