@@ -81,7 +81,7 @@ class TermPlacer:
             else:
                 stats["held"] += 1
         memo = EncoderMemo(self.translator.model, tok.ids.pad)
-        if kept:  # the plain search's encoder outputs (`encoder_outputs_kept`), by its batches
+        if kept and todo:  # the plain search's encoder outputs, by its batches
             for chunk, src in self.translator.batched([s.ids for s in segments], options):
                 memo.seed(src, [segments[j].ids for j in chunk], kept.get(batch_key(src)))
         links = self.scorer.links(
@@ -103,8 +103,8 @@ class TermPlacer:
         return sorted(fallback)
 
     def _place_one(self, seg, text: str, missing: list[Hit], links, options, memo=None):
-        """(the text with every missing term placed and repaired, the placed terms' links), or
-        None when a term's span is not found."""
+        """(the text with every missing term placed or put in and repaired, the placed terms'
+        links, whether a term was put in), or None when a term can be neither."""
         spans, taken = (
             [],
             [_span_of(text, h.target) for h in seg.hits if occurrences(h.target, text)],

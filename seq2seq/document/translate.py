@@ -64,7 +64,7 @@ def translate_document(
     """The file `data` (format `fmt`) translated, and the report; `progress(done, total)` is
     called once the file is read (0 done) and as each batch of segments is done."""
     document = reader(fmt)(data)
-    texts = decoding_order(s for s in document.segments if _has_words(s))
+    texts = decoding_order(document.segments)
     report = Report(segments=len(document.segments), unique=len(texts))
     done: dict[str, str] = {}
     if progress is not None:
@@ -81,16 +81,16 @@ def translate_document(
 
 
 def decoding_order(segments) -> list[str]:
-    """The different segments, shortest text first (markup aside): a chunk then holds segments
-    of like length, whose batches pad and search little past their shortest."""
-    return sorted(dict.fromkeys(segments), key=lambda s: len(_plain(s)))
+    """The different segments with words to translate, shortest text first (markup aside): a
+    chunk then holds segments of like length, whose batches pad and search little past their
+    shortest."""
+    texts = {s: plain(s) for s in dict.fromkeys(segments)}
+    with_words = [s for s, text in texts.items() if any(c.isalpha() for c in text)]
+    return sorted(with_words, key=lambda s: len(texts[s]))
 
 
-def _has_words(segment: str) -> bool:
-    return any(c.isalpha() for c in _plain(segment))
-
-
-def _plain(segment: str) -> str:
+def plain(segment: str) -> str:
+    """A segment's text without its inline tags (as it is where its markup is malformed)."""
     try:
         return parse(segment, "xml").text
     except MalformedMarkup:

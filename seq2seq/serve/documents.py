@@ -26,10 +26,9 @@ from pathlib import Path
 
 from seq2seq.config import DecodeConfig
 from seq2seq.decode.glossary import Glossary
-from seq2seq.decode.markup import MalformedMarkup, parse
 from seq2seq.decode.segments import Source
 from seq2seq.document.formats import FORMATS, REFUSED, format_of, reader, supported
-from seq2seq.document.translate import Report, decoding_order, ready_segments
+from seq2seq.document.translate import Report, decoding_order, plain, ready_segments
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_write
 from seq2seq.serve.batcher import Batcher, Hypotheses, QueueFull, Stopped
@@ -87,14 +86,6 @@ class Read:
     characters: int
 
 
-def plain(segment: str) -> str:
-    """A segment's text without its inline tags."""
-    try:
-        return parse(segment, "xml").text
-    except MalformedMarkup:
-        return segment
-
-
 def read_upload(filename: str, data: bytes, limits: DocumentLimits) -> Read:
     """An upload read by the document package (a blocking call): over the size limit it is a
     RequestError 413; a format not translated a 415 naming those that are; a corrupt,
@@ -116,7 +107,7 @@ def read_upload(filename: str, data: bytes, limits: DocumentLimits) -> Read:
     except Exception as e:  # noqa: BLE001  a reader's own bug must not become a 500 with a trace
         log.warning("a %s upload could not be read: %s", fmt, e)
         raise RequestError(400, "file", f"the file cannot be read as {fmt}") from None
-    texts = decoding_order(s for s in document.segments if any(c.isalpha() for c in plain(s)))
+    texts = decoding_order(document.segments)
     return Read(fmt, texts, sum(len(plain(s)) for s in texts))
 
 
