@@ -210,25 +210,29 @@ def test_insertion_points_surround_the_aligned_word_and_never_precede_the_senten
     assert end[-1] == len("Utilisez Word")  # after the last word, before its final mark
 
 
-def test_a_dropped_term_is_inserted_where_the_model_scores_it_best(tiny, scripted, lexicon):
+def test_a_dropped_term_goes_in_where_the_model_scores_it_best_then_takes_its_lead(
+    tiny, scripted, lexicon
+):
     scripted[0] = "Cliquez deux fois."  # the window is not translated at all
     t = _with(tiny, make_glossary([("window", "croisée")]), lexicon)
     chosen = []
 
-    def choose_longest_lead(sources, texts, options, memo=None, scored_from=0):  # scripted
+    def choose_longest(sources, texts, options, memo=None, scored_from=0):  # scripted
         chosen.append(texts)
-        return [float(len(x)) for x in texts]
+        return [float(len(x) + x.find("croisée") / 100) for x in texts]  # ties: the later
 
-    t.placer.scorer.pair_log_probs = choose_longest_lead
+    t.placer.scorer.pair_log_probs = choose_longest
     segment = t.prepare(["Click the window twice."])[0]
     (seg,) = translator_module.flatten([segment])
     text, links, inserted = t.placer._place_one(
         seg, "Cliquez deux fois.", list(seg.hits), set(), PLACE
     )
-    assert inserted and "croisée" in text and text.endswith("fois.")
-    leads = {x.split(" croisée")[0].split()[-1] for x in chosen[0]}  # the word before it
-    assert "de" in leads and leads - {"de"} <= {"Cliquez", "deux", "fois"}  # or bare
-    assert text == max(chosen[0], key=len)  # the best scored: a word put before it
+    where, leads = chosen[0], chosen[1]
+    # First where, the term bare at each insertion point; then, there, bare or after "de".
+    assert len(where) > 1 and all(" de croisée" not in x for x in where)
+    assert leads == [max(where, key=lambda x: x.find("croisée")), leads[1]]
+    assert " de croisée" in leads[1] and leads[1].replace("de croisée", "croisée") == leads[0]
+    assert inserted and text == leads[1] == "Cliquez deux fois de croisée."
 
 
 def test_placing_encodes_each_source_once_for_all_its_passes(tiny, scripted, lexicon):

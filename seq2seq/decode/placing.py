@@ -156,12 +156,11 @@ class TermPlacer:
         points = insertion_points(text, seg.source, hit, links, taken)
         if not points:
             return None
-        options = [(at, lead) for at in points for lead in INSERT_LEADS]
-        texts = []
-        for at, lead in options:
-            left, right = _around(text, at)
-            texts.append(left + lead + hit.target + right)
-        return options[choose(texts)]
+        # Where first, bare; then what goes before it there: len(points) + 2 texts scored
+        # instead of 2·len(points) (the insertion choices were a quarter of placing's time).
+        at = points[choose([_inserted(text, at, "", hit.target) for at in points])]
+        leads = [_inserted(text, at, lead, hit.target) for lead in INSERT_LEADS]
+        return at, INSERT_LEADS[choose(leads)]
 
     def _renderings(self, source: str, hit: Hit) -> list[str]:
         """The usual target words of a hit's source words, the source words themselves (names
@@ -195,10 +194,17 @@ class TermPlacer:
         (ids,) = self.translator.tokenizer.encode_tgt([text])
         return self.translator.tokenizer.ids.unk not in ids
 
+
 def _around(text: str, at: int) -> tuple[str, str]:
     """The text before and after an insertion at `at`, spaced for a word put between them."""
     left, right = text[:at], text[at:]
     return (left, " " + right) if left.endswith(" ") else (left + " ", right)
+
+
+def _inserted(text: str, at: int, lead: str, term: str) -> str:
+    """`text` with `lead` and `term` put in at `at`."""
+    left, right = _around(text, at)
+    return left + lead + term + right
 
 
 def _span_of(text: str, term: str) -> tuple[int, int] | None:
