@@ -4,8 +4,9 @@ export HF_HUB_OFFLINE ?= 1
 
 .PHONY: install test lint demo clean-demo bench-train bench-translate bench-quality ablate-quality bench-data bench-ranks bench-gpu gpu-check
 
-install:  ## editable install with dev tools; torch pinned to the local CPU wheel
+install:  ## editable install with dev tools; torch pinned to the local CPU wheel; the compiled decoder step where a C++ compiler is found (else one warning: the Python step runs)
 	$(PYTHON) -m pip install -c constraints.txt -e ".[dev]"
+	$(PYTHON) -m seq2seq.model.compiled_step
 
 test:
 	$(PYTHON) -m pytest

@@ -20,6 +20,7 @@ from torch import nn
 from seq2seq.config import ModelConfig
 from seq2seq.data.tokenizer import PAD_ID, Tokenizer
 from seq2seq.errors import ConfigError
+from seq2seq.model import compiled_step
 
 # Positions a decoder cache makes room for when its caller does not say (it doubles as needed).
 INITIAL_CAPACITY = 16
@@ -315,6 +316,7 @@ class DecoderCache:
     spare: torch.Tensor | None = None  # where the next gather writes, then swapped with `kv`
     pending: torch.Tensor | None = None  # the rows the next step continues, not yet gathered
     limit: int | None = None  # the most positions the buffer may ever need (max_positions)
+    compiled: compiled_step.StepPlan | None = None  # the compiled layer loop, when it serves
 
     def __post_init__(self) -> None:
         self.rows = self.rows or self.kv.size(0)
@@ -543,7 +545,13 @@ class Transformer(nn.Module):
             self.cfg.d_model // heads,
         )
         return DecoderCache(
-            kv, [k for k, _ in cross], [v for _, v in cross], src_mask, beam, limit=limit
+            kv,
+            [k for k, _ in cross],
+            [v for _, v in cross],
+            src_mask,
+            beam,
+            limit=limit,
+            compiled=compiled_step.plan(self),
         )
 
     def decode_step(
@@ -557,10 +565,13 @@ class Transformer(nn.Module):
         """
         cache.settle()
         x = self.embed(self.tgt_embed, ids.unsqueeze(1), offset=cache.length)
-        for i, layer in enumerate(self.decoder_layers):
-            x = layer.step(x, cache, i)
+        if cache.compiled is not None and not torch.is_grad_enabled():
+            states = compiled_step.run(cache.compiled, x, cache)  # the same operators, in C++
+        else:
+            for i, layer in enumerate(self.decoder_layers):
+                x = layer.step(x, cache, i)
+            states = self.decoder_norm(x)
         cache.length += 1
-        states = self.decoder_norm(x)
         return (self.logits(states) if rows is None else self.logits(states, rows)).squeeze(1)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor | None]:

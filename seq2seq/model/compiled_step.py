@@ -1,0 +1,200 @@
+"""The decoder step's layer loop compiled: one C++ call over the ATen operators the Python step
+calls, in its order and on its shapes (`csrc/decoder_step.cpp`), so float32 outputs stay
+bit-identical and only the Python and module calls between operators go.
+
+`make install` builds it (`python -m seq2seq.model.compiled_step`, through
+`torch.utils.cpp_extension`) into `_build/` beside this file; nothing compiles at run time. Without
+a build (no compiler, another torch, a changed source) the Python step runs, after one warning.
+Only for inference on CPU with plain or oneDNN-packed float32 linears (`packed.py`); int8 models,
+training and autograd take the Python step.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+log = logging.getLogger(__name__)
+
+NAME = "seq2seq_decoder_step"
+SOURCE = Path(__file__).parent / "csrc" / "decoder_step.cpp"
+BUILD = Path(__file__).parent / "_build"
+# Set to 0 to decode on the Python step although the compiled one is built (comparisons).
+SWITCH = "SEQ2SEQ_COMPILED_STEP"
+ACTIVATION_CODES = {F.relu: 0, F.gelu: 1, F.silu: 2}
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What the compiled step takes of a model: its weights in order and its shape."""
+
+    weights: list[torch.Tensor]
+    packed: bool
+    heads: int
+    norm_first: bool
+    activation: int
+    eps: float
+
+
+def stamp() -> str:
+    """What a build must have been made from: this torch and this source."""
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    return f"torch {torch.__version__} source {digest}"
+
+
+def build(folder: Path) -> Path:
+    """Compile the step into `folder` and return the library's path (raises when it cannot)."""
+    from torch.utils import cpp_extension
+
+    compiler = os.environ.get("CXX", "c++")
+    if shutil.which(compiler) is None:
+        raise FileNotFoundError(f"no C++ compiler: {compiler!r} is not on PATH")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stamp").unlink(missing_ok=True)
+    cpp_extension.load(
+        NAME,
+        [str(SOURCE)],
+        extra_cflags=["-O3"],
+        build_directory=str(folder),
+        is_python_module=False,
+        verbose=False,
+    )
+    (folder / "stamp").write_text(stamp())
+    return folder / f"{NAME}.so"
+
+
+@functools.cache
+def library(folder: Path) -> str | None:
+    """Load the built step once per process: None when it is loaded, else why not (warned once)."""
+    why = _unusable(folder)
+    if why is None:
+        try:
+            torch.ops.load_library(str(folder / f"{NAME}.so"))
+        except (OSError, RuntimeError) as e:
+            why = f"its library would not load ({e.__class__.__name__}: {str(e)[:120]})"
+    if why is not None:
+        log.warning("decoding on the Python decoder step, not the compiled one: %s", why)
+    return why
+
+
+def _unusable(folder: Path) -> str | None:
+    if not (folder / f"{NAME}.so").is_file():
+        return "it is not built (`make install` builds it where a C++ compiler is found)"
+    made = (folder / "stamp").read_text() if (folder / "stamp").is_file() else "unknown"
+    if made != stamp():
+        return f"it was built from another torch or source ({made}; now {stamp()}): `make install`"
+    return None
+
+
+def plan(model: nn.Module) -> StepPlan | None:
+    """The compiled step's arguments for `model`, or None when it must take the Python step."""
+    if os.environ.get(SWITCH, "1") == "0" or model.training:
+        return None
+    layers = list(model.decoder_layers)
+    first = next(model.parameters(), None)
+    if not layers or first is None or first.device.type != "cpu":
+        return None
+    try:  # a layer laid out otherwise (another architecture) takes the Python step
+        activation = ACTIVATION_CODES.get(layers[0].ffn.activation)
+        linears = [_linear(m) for layer in layers for m in _linears(layer)]
+        norms = [_norm(m) for layer in layers for m in _norms(layer)]
+        final = model.decoder_norm
+    except AttributeError:
+        return None
+    if not isinstance(final, nn.Identity):
+        norms.append(_norm(final))
+    kinds = {kind for kind, *_ in linears}
+    eps = {e for e, *_ in norms}
+    if activation is None or None in kinds | eps or len(kinds) != 1 or len(eps) != 1:
+        return None
+    if any(layer.ffn.activation is not layers[0].ffn.activation for layer in layers):
+        return None
+    if library(BUILD) is not None:
+        return None
+    weights = []
+    for i in range(len(layers)):
+        for k in range(3):
+            weights += [*norms[3 * i + k][1:], *linears[6 * i + 2 * k][1:]]
+            weights += linears[6 * i + 2 * k + 1][1:]
+    if len(norms) > 3 * len(layers):
+        weights += norms[-1][1:]
+    cfg = model.cfg
+    return StepPlan(weights, kinds.pop() == "packed", cfg.heads, cfg.norm_first, activation, *eps)
+
+
+def _linears(layer: nn.Module) -> list[nn.Module]:
+    """A decoder layer's linears in the step's order, two a block."""
+    a, c, f = layer.self_attn, layer.cross_attn, layer.ffn
+    return [a.qkv_proj, a.out_proj, c.q_proj, c.out_proj, f.up, f.down]
+
+
+def _norms(layer: nn.Module) -> list[nn.Module]:
+    return [layer.self_block.norm, layer.cross_block.norm, layer.ffn_block.norm]
+
+
+def _linear(m: nn.Module) -> tuple:
+    """(kind, weight, bias): kind None when the step cannot compute it."""
+    bias = getattr(m, "bias", None)
+    if not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32:
+        return (None,)
+    if type(m) is nn.Linear:
+        return ("plain", m.weight, bias)
+    packed = getattr(m, "packed", None)
+    if isinstance(packed, torch.Tensor) and type(m).__name__ == "PackedLinear":
+        return ("packed", packed, bias)
+    return (None,)
+
+
+def _norm(m: nn.Module) -> tuple:
+    """(eps, weight, bias) of a LayerNorm over the last dimension, eps None otherwise."""
+    if type(m) is not nn.LayerNorm or m.weight is None or m.bias is None:
+        return (None,)
+    return (m.eps, m.weight, m.bias)
+
+
+def run(step: StepPlan, x: torch.Tensor, cache) -> torch.Tensor:
+    """The layers and the final norm for one new position `x` [N, 1, d] at `cache.length`."""
+    return torch.ops.seq2seq_step.decoder_layers(
+        x,
+        cache.kv,
+        cache.rows,
+        cache.length,
+        cache.cross_k,
+        cache.cross_v,
+        cache.query_mask,
+        step.weights,
+        step.packed,
+        step.heads,
+        step.norm_first,
+        step.activation,
+        step.eps,
+    )
+
+
+def main(folder: Path | None = None) -> int:
+    """Build the step; without a compiler, say so once and succeed (the Python step runs)."""
+    try:
+        path = build(folder or BUILD)
+    except Exception as e:  # noqa: BLE001 - any failure to compile means the fallback
+        print(
+            f"warning: the compiled decoder step was not built ({e.__class__.__name__}: "
+            f"{str(e).strip()[:200]}); decoding will use the Python step",
+            file=sys.stderr,
+        )
+        return 0
+    print(f"compiled decoder step: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

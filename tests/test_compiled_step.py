@@ -1,0 +1,92 @@
+"""The compiled decoder step: the Python step's logits, bit for bit, when it is built; the
+Python step, after one warning, when it is not."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from seq2seq.data.batching import padding_mask
+from seq2seq.model import compiled_step
+from seq2seq.model.packed import pack_linears
+from tests.factories import tiny_model, tiny_shape
+
+WHY_NOT = compiled_step.library(compiled_step.BUILD)
+built = pytest.mark.skipif(WHY_NOT is not None, reason=f"no compiled step here: {WHY_NOT}")
+
+
+def _decode(model, src, beam: int, monkeypatch, compiled: bool):
+    """Five steps' logits (row 0's best token fed to every row) and whether the cache used the
+    compiled step."""
+    monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+    src_mask = padding_mask(src)
+    with torch.inference_mode():
+        memory = model.encode(src, src_mask)
+        cache = model.start_decoding(memory, src_mask, beam=beam, capacity=2)  # grows on the way
+        ids = torch.full((src.size(0) * beam,), 1)
+        out = []
+        for _ in range(5):
+            logits = model.decode_step(ids, cache)
+            out.append(logits.clone())
+            ids = logits.argmax(-1)
+            if beam > 1:  # beams swap places, as a beam search reorders them
+                cache.reorder(torch.arange(ids.numel()).view(-1, beam).flip(1).reshape(-1))
+    return out, cache.compiled is not None
+
+
+@built
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {},
+        {"norm_first": False},
+        {"norm_first": True, "activation": "gelu"},
+        {"activation": "swish", "decoder_layers": 3},
+    ],
+)
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("packed", [False, True])
+def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(
+    shape, beam, packed, monkeypatch
+):
+    model = tiny_model(tiny_shape(**shape), seed=3).eval()
+    if packed:
+        assert pack_linears(model, rows_hint=8)
+    src = torch.randint(4, 40, (2, 6))
+    src[1, 4:] = 0  # padding in the second sentence
+    want, python_used_it = _decode(model, src, beam, monkeypatch, compiled=False)
+    got, compiled_used_it = _decode(model, src, beam, monkeypatch, compiled=True)
+    assert compiled_used_it and not python_used_it
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+def test_without_a_build_the_python_step_decodes_after_one_warning(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(compiled_step, "BUILD", tmp_path / "never-built")
+    model = tiny_model(seed=3).eval()
+    src = torch.randint(4, 40, (2, 6))
+    with caplog.at_level(logging.WARNING, logger=compiled_step.__name__):
+        first, used = _decode(model, src, 1, monkeypatch, compiled=True)
+        again, used_again = _decode(model, src, 1, monkeypatch, compiled=True)
+    warnings = [r.getMessage() for r in caplog.records if "Python decoder step" in r.getMessage()]
+    assert len(warnings) == 1 and "not built" in warnings[0]
+    assert not used and not used_again
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert all(torch.isfinite(x).all() for x in first)
+
+
+def test_installing_without_a_compiler_succeeds_with_one_warning(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-compiler"))
+    assert compiled_step.main(tmp_path / "build") == 0
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1 and "no C++ compiler" in err and "Python step" in err
+    assert not (tmp_path / "build" / f"{compiled_step.NAME}.so").exists()
+
+
+def test_a_build_from_another_source_is_not_loaded(tmp_path):
+    (tmp_path / f"{compiled_step.NAME}.so").write_bytes(b"not a library")
+    (tmp_path / "stamp").write_text("torch 0.0 source 0123")
+    why = compiled_step.library(tmp_path)
+    assert why is not None and "another torch or source" in why
