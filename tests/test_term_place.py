@@ -285,3 +285,14 @@ def test_the_models_choice_scores_only_where_candidates_differ_and_picks_as_full
     tails = t.placer.scorer.pair_log_probs([src] * 3, texts, PLACE, scored_from=shared)
     heads = t.placer.scorer.pair_log_probs([src], texts[:1], PLACE)[0] - tails[0]
     assert [heads + x for x in tails] == pytest.approx(full, abs=1e-4)
+
+
+def test_the_batched_engine_decodes_in_eval_mode_and_gives_a_training_model_back(tiny):
+    modes = []
+    for training in (True, False):
+        tiny.model.train(training)
+        for _ in tiny.batched([[5, 6, tiny.tokenizer.ids.eos]]):
+            modes.append(any(m.training for m in tiny.model.modules()))
+        modes.append(all(m.training == training for m in tiny.model.modules()))
+    tiny.model.eval()
+    assert modes == [False, True, False, True]

@@ -188,7 +188,8 @@ class Translator:
         """The one batched engine: (indices, padded sources on the device) of each batch,
         the model in eval mode and under the run's autocast while the caller uses it."""
         was_training = self.model.training
-        self.model.eval()
+        if was_training:  # train(False) walks every module: placing asks hundreds of times
+            self.model.eval()
         amp = (
             torch.autocast(self.device.type, dtype=self.amp_dtype)
             if self.amp_dtype is not None
@@ -200,7 +201,8 @@ class Translator:
                 with amp:
                     yield chunk, src.to(self.device)
         finally:
-            self.model.train(was_training)
+            if was_training:
+                self.model.train()
 
     def search(
         self,
