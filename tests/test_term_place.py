@@ -14,6 +14,7 @@ from seq2seq.decode.glossary import make_glossary
 from seq2seq.decode.hypothesis import Hypothesis
 from seq2seq.decode.term_lexicon import TermLexicon
 from seq2seq.decode.term_place import Hit, Span, insertion_points, locate, written
+from seq2seq.decode.term_scoring import CHOICE_WINDOW
 from seq2seq.decode.translator import PLACE_FALLBACK_BEAM, Translator
 from tests.constrained_cases import TERM_PAIRS
 from tests.factories import tiny_translator, untrained_run
@@ -217,7 +218,7 @@ def test_a_dropped_term_goes_in_where_the_model_scores_it_best_then_takes_its_le
     t = _with(tiny, make_glossary([("window", "croisée")]), lexicon)
     chosen = []
 
-    def choose_longest(sources, texts, options, memo=None, scored_from=0):  # scripted
+    def choose_longest(sources, texts, options, memo=None, scored_from=0, tail=0):  # scripted
         chosen.append(texts)
         return [float(len(x) + x.find("croisée") / 100) for x in texts]  # ties: the later
 
@@ -296,3 +297,35 @@ def test_the_batched_engine_decodes_in_eval_mode_and_gives_a_training_model_back
         modes.append(all(m.training == training for m in tiny.model.modules()))
     tiny.model.eval()
     assert modes == [False, True, False, True]
+
+
+def test_a_choice_scores_its_candidates_only_a_few_tokens_into_the_end_they_share(tiny):
+    t = _with(tiny, None)
+    (segment,) = t.prepare(["Click the window twice."])
+    src = list(segment.segments[0])
+    end = " deux fois de suite avec la souris gauche."
+    texts = [f"cliquez sur {w}{end}" for w in ("la fenêtre", "le volet")]
+    asked = []
+
+    def scores(sources, texts, options, memo=None, scored_from=0, tail=0):
+        asked.append((scored_from, tail))
+        return [0.0, 1.0]
+
+    t.placer.scorer.pair_log_probs = scores
+    assert t.placer.scorer.chooser(src, PLACE)(texts) == 1
+    ids = t.tokenizer.encode_tgt(texts)
+    shared = next(i for i in range(len(ids[0])) if ids[0][i] != ids[1][i])
+    ends = next(i for i in range(1, len(ids[0])) if ids[0][-i] != ids[1][-i]) - 1
+    assert ends > CHOICE_WINDOW and asked == [(shared, ends - CHOICE_WINDOW)]
+
+
+def test_a_windowed_score_is_the_sum_over_the_tokens_left_in(tiny):
+    t = _with(tiny, None)
+    (segment,) = t.prepare(["Click the window twice."])
+    src = list(segment.segments[0])
+    text = "cliquez sur la fenêtre deux fois."
+    n = len(t.tokenizer.encode_tgt([text])[0])
+    whole = t.placer.scorer.pair_log_probs([src], [text], PLACE, scored_from=2)[0]
+    cut = t.placer.scorer.pair_log_probs([src], [text], PLACE, scored_from=2, tail=3)[0]
+    last = t.placer.scorer.pair_log_probs([src], [text], PLACE, scored_from=n - 3)[0]
+    assert cut == pytest.approx(whole - last, abs=1e-4)  # the last 3 tokens and EOS left out

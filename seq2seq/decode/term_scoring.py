@@ -15,6 +15,11 @@ from seq2seq.data.tokenizer import word_starts
 from seq2seq.decode.alignment import replay, word_alignment
 from seq2seq.decode.hypothesis import Hypothesis, length_penalty
 
+# A choice scores its candidates up to this many tokens into the end they share: the model's
+# view of the words after a change fades fast, and the rest of the sentence was a third of
+# placing's time (the final text is scored whole).
+CHOICE_WINDOW = 4
+
 
 @dataclass
 class PlacedHypothesis(Hypothesis):
@@ -101,10 +106,15 @@ class TermScorer:
         def choose(texts: list[str]) -> int:
             if len(texts) < 2:
                 return 0
-            # The candidates' shared first tokens score alike in each: only the rest is scored.
+            # The candidates' shared first tokens score alike in each: only the rest is
+            # scored, up to CHOICE_WINDOW tokens into the end they share.
             ids = self.translator.tokenizer.encode_tgt(texts)
             shared = _shared_prefix(ids)
-            scores = self.pair_log_probs([list(src_ids)] * len(texts), texts, options, memo, shared)
+            ends = _shared_prefix([seq[::-1] for seq in ids])
+            tail = max(0, min(ends, min(map(len, ids)) - shared) - CHOICE_WINDOW)
+            scores = self.pair_log_probs(
+                [list(src_ids)] * len(texts), texts, options, memo, shared, tail
+            )
             return max(range(len(texts)), key=lambda i: scores[i])
 
         return choose
@@ -121,13 +131,14 @@ class TermScorer:
         options,
         memo: EncoderMemo | None = None,
         scored_from: int = 0,
+        tail: int = 0,
     ) -> list[float]:
         """Each text's log-probability as the translation of its source, EOS included, in
-        the translator's batches (from its token `scored_from` on)."""
+        the translator's batches (from its token `scored_from` on; without its last `tail`
+        tokens and EOS when `tail` > 0: a choice's window)."""
         t = self.translator
-        tgt = (
-            [[*ids, t.tokenizer.ids.eos] for ids in t.tokenizer.encode_tgt(texts)] if texts else []
-        )
+        ids = t.tokenizer.encode_tgt(texts) if texts else []
+        tgt = [seq[: len(seq) - tail] if tail else [*seq, t.tokenizer.ids.eos] for seq in ids]
         # A text longer than the model's positions cannot be its output.
         fits = [j for j, ids in enumerate(tgt) if len(ids) <= t.model.cfg.max_positions]
         out = [-math.inf] * len(texts)
