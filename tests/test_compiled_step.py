@@ -4,13 +4,17 @@ Python step, after one warning, when it is not."""
 from __future__ import annotations
 
 import logging
+import re
 
 import pytest
 import torch
 
 from seq2seq.data.batching import padding_mask
+from seq2seq.errors import UserError
 from seq2seq.model import compiled_step
+from seq2seq.model.int8 import use_activation_scales
 from seq2seq.model.packed import pack_linears
+from seq2seq.model.quantize import quantize_int8
 from tests.factories import tiny_model, tiny_shape
 
 WHY_NOT = compiled_step.library(compiled_step.BUILD)
@@ -61,6 +65,40 @@ def test_the_compiled_step_gives_the_python_steps_logits_bit_for_bit(
     assert compiled_used_it and not python_used_it
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+@built
+@pytest.mark.parametrize("shape", [{}, {"norm_first": False, "activation": "gelu"}])
+@pytest.mark.parametrize("beam", [1, 3])
+@pytest.mark.parametrize("per_row", [True, False])
+def test_the_compiled_int8_step_gives_the_python_int8_steps_logits_bit_for_bit(
+    shape, beam, per_row, monkeypatch
+):
+    model = quantize_int8(tiny_model(tiny_shape(**shape), seed=5).eval())
+    use_activation_scales(model, per_row=per_row)
+    src = torch.randint(4, 40, (2, 6))
+    src[0, 3:] = 0
+    want, python_used_it = _decode(model, src, beam, monkeypatch, compiled=False)
+    got, compiled_used_it = _decode(model, src, beam, monkeypatch, compiled=True)
+    assert compiled_used_it and not python_used_it
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+
+
+@built
+@pytest.mark.parametrize("per_row", [True, False])
+def test_a_non_finite_input_to_a_compiled_int8_layer_is_the_python_steps_clear_error(
+    per_row, monkeypatch
+):
+    model = quantize_int8(tiny_model(tiny_shape(norm_first=True), seed=5).eval())
+    use_activation_scales(model, per_row=per_row)
+    with torch.no_grad():  # the FFN's input in layer 1 is infinite
+        model.decoder_layers[1].ffn_block.norm.bias.fill_(float("inf"))
+    src = torch.randint(4, 40, (2, 6))
+    message = "int8 layer decoder_layers.1.ffn.up: non-finite activation (inf/NaN) in its input"
+    for compiled in (False, True):
+        with pytest.raises(UserError, match=re.escape(message)):
+            _decode(model, src, 1, monkeypatch, compiled=compiled)
 
 
 def test_without_a_build_the_python_step_decodes_after_one_warning(tmp_path, monkeypatch, caplog):

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from seq2seq.errors import UserError
+
 log = logging.getLogger(__name__)
 
 NAME = "seq2seq_decoder_step"
@@ -32,6 +34,7 @@ BUILD = Path(__file__).parent / "_build"
 # Set to 0 to decode on the Python step although the compiled one is built (comparisons).
 SWITCH = "SEQ2SEQ_COMPILED_STEP"
 ACTIVATION_CODES = {F.relu: 0, F.gelu: 1, F.silu: 2}
+NO_WEIGHT = torch.empty(0)  # an int8 linear's slot in the weights: its rows are in the packs
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,20 @@ class StepPlan:
     norm_first: bool
     activation: int
     eps: float
+    int8: Int8Plan | None = None
+
+
+@dataclass(frozen=True)
+class Int8Plan:
+    """The int8 step's part (model/int8.py): fbgemm's packed rows, how inputs are quantized, and
+    the linears' names for a non-finite input's message."""
+
+    packs: list
+    per_row: bool
+    row_scale: float
+    row_zero: int
+    reduce_range: bool
+    names: list[str]
 
 
 def stamp() -> str:
@@ -121,15 +138,34 @@ def plan(model: nn.Module) -> StepPlan | None:
         return None
     if library(BUILD) is not None:
         return None
+    kind, cfg = kinds.pop(), model.cfg
+    weights = _weights(linears, norms, len(layers))
+    int8 = _int8_plan(linears, kind) if kind.startswith("int8") else None
+    shape = (cfg.heads, cfg.norm_first, activation, *eps)
+    return StepPlan(weights, kind == "packed", *shape, int8=int8)
+
+
+def _weights(linears: list[tuple], norms: list[tuple], layers: int) -> list[torch.Tensor]:
+    """Per layer and block: the norm's weight and bias, then its two linears' weights and biases;
+    the final norm's last."""
     weights = []
-    for i in range(len(layers)):
+    for i in range(layers):
         for k in range(3):
-            weights += [*norms[3 * i + k][1:], *linears[6 * i + 2 * k][1:]]
-            weights += linears[6 * i + 2 * k + 1][1:]
-    if len(norms) > 3 * len(layers):
+            weights += [*norms[3 * i + k][1:], *linears[6 * i + 2 * k][1:3]]
+            weights += linears[6 * i + 2 * k + 1][1:3]
+    if len(norms) > 3 * layers:
         weights += norms[-1][1:]
-    cfg = model.cfg
-    return StepPlan(weights, kinds.pop() == "packed", cfg.heads, cfg.norm_first, activation, *eps)
+    return weights
+
+
+def _int8_plan(linears: list[tuple], kind: str) -> Int8Plan:
+    # int8.py's row_qparams: fbgemm's uint8 range for inputs spanning [-1, 1], 7 bits without
+    # AVX-512 VNNI (the compiled-step tests hold the two to the same products).
+    probe = getattr(torch.cpu, "_is_vnni_supported", None)
+    reduce_range = not (probe and probe())
+    qmax = 127 if reduce_range else 255
+    packs, names = [p for *_, p, _ in linears], [n for *_, n in linears]
+    return Int8Plan(packs, kind == "int8-row", 2.0 / qmax, round(qmax / 2), reduce_range, names)
 
 
 def _linears(layer: nn.Module) -> list[nn.Module]:
@@ -143,15 +179,19 @@ def _norms(layer: nn.Module) -> list[nn.Module]:
 
 
 def _linear(m: nn.Module) -> tuple:
-    """(kind, weight, bias): kind None when the step cannot compute it."""
+    """(kind, weight, bias, int8 pack, name): kind None when the step cannot compute it."""
     bias = getattr(m, "bias", None)
     if not isinstance(bias, torch.Tensor) or bias.dtype != torch.float32:
         return (None,)
+    kind = type(m).__name__
     if type(m) is nn.Linear:
-        return ("plain", m.weight, bias)
+        return ("plain", m.weight, bias, None, "")
     packed = getattr(m, "packed", None)
-    if isinstance(packed, torch.Tensor) and type(m).__name__ == "PackedLinear":
-        return ("packed", packed, bias)
+    if isinstance(packed, torch.Tensor) and kind == "PackedLinear":
+        return ("packed", packed, bias, None, "")
+    pack, per_row = getattr(m, "_packed", None), getattr(m, "per_row", None)
+    if kind == "Int8Linear" and isinstance(pack, torch.ScriptObject) and per_row is not None:
+        return ("int8-row" if per_row else "int8-batch", NO_WEIGHT, bias, pack, m.name)
     return (None,)
 
 
@@ -164,21 +204,19 @@ def _norm(m: nn.Module) -> tuple:
 
 def run(step: StepPlan, x: torch.Tensor, cache) -> torch.Tensor:
     """The layers and the final norm for one new position `x` [N, 1, d] at `cache.length`."""
-    return torch.ops.seq2seq_step.decoder_layers(
-        x,
-        cache.kv,
-        cache.rows,
-        cache.length,
-        cache.cross_k,
-        cache.cross_v,
-        cache.query_mask,
-        step.weights,
-        step.packed,
-        step.heads,
-        step.norm_first,
-        step.activation,
-        step.eps,
-    )
+    state = (x, cache.kv, cache.rows, cache.length, cache.cross_k, cache.cross_v, cache.query_mask)
+    shape = (step.heads, step.norm_first, step.activation, step.eps)
+    if step.int8 is None:
+        return torch.ops.seq2seq_step.decoder_layers(*state, step.weights, step.packed, *shape)
+    q = step.int8
+    quantized = (q.packs, q.per_row, q.row_scale, q.row_zero, q.reduce_range)
+    out, bad = torch.ops.seq2seq_step.decoder_layers_int8(*state, step.weights, *quantized, *shape)
+    if bad >= 0:  # int8.py's _check_finite, word for word
+        raise UserError(
+            f"int8 layer {q.names[bad]}: non-finite activation (inf/NaN) in its input; the "
+            f"model's float32 activations overflow or its weights are damaged (try --quantize none)"
+        )
+    return out
 
 
 def main(folder: Path | None = None) -> int:

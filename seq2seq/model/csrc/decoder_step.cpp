@@ -6,7 +6,11 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <torch/library.h>
+
+#include <cmath>
+#include <functional>
 
 namespace {
 
@@ -23,6 +27,9 @@ struct Shape {
   double eps;
   bool packed;  // weights are oneDNN-packed (model/packed.py), else nn.Linear's
 };
+
+// A layer's k-th linear (0 qkv, 1 self out, 2 cross q, 3 cross out, 4 up, 5 down) of layer i.
+using Linear = std::function<at::Tensor(const at::Tensor&, int64_t slot)>;
 
 at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Shape& s) {
   if (!s.packed) {
@@ -47,32 +54,33 @@ at::Tensor activate(const at::Tensor& x, const Shape& s) {
 }
 
 // MultiHeadAttention._attend's tail: heads back together, then the output projection.
-at::Tensor merge(const at::Tensor& y, const at::Tensor* w, const Shape& s, int64_t d) {
-  return linear(y.transpose(1, 2).reshape({y.size(0), y.size(2), d}), w[0], w[1], s);
+at::Tensor merge(const at::Tensor& y, const Linear& lin, int64_t slot, int64_t d) {
+  return lin(y.transpose(1, 2).reshape({y.size(0), y.size(2), d}), slot);
 }
 
 // MultiHeadAttention.step: position t's key and value written into kv [N, 2, H, cap, d_head].
 at::Tensor self_attention(
-    const at::Tensor& x, const at::Tensor& kv, int64_t t, const at::Tensor* w, const Shape& s) {
+    const at::Tensor& x, const at::Tensor& kv, int64_t t, const Linear& lin, int64_t slot,
+    const Shape& s) {
   const int64_t d = x.size(-1);
-  auto heads = linear(x, w[0], w[1], s).view({x.size(0), 3, s.heads, d / s.heads});
+  auto heads = lin(x, slot).view({x.size(0), 3, s.heads, d / s.heads});
   kv.select(3, t).copy_(heads.slice(1, 1));
   auto q = heads.select(1, 0).unsqueeze(2);
   auto k = kv.select(1, 0).slice(2, 0, t + 1);
   auto v = kv.select(1, 1).slice(2, 0, t + 1);
   auto y = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false);
-  return merge(y, w + 2, s, d);
+  return merge(y, lin, slot + 1, d);
 }
 
 // MultiHeadAttention.step_cross: a sentence's beams attend as `beam` queries over its keys.
 at::Tensor cross_attention(
     const at::Tensor& x, const at::Tensor& k, const at::Tensor& v, const at::Tensor& mask,
-    const at::Tensor* w, const Shape& s) {
+    const Linear& lin, int64_t slot, const Shape& s) {
   const int64_t d = x.size(-1), n = k.size(0);
-  auto q = linear(x, w[0], w[1], s).view({n, -1, d});
+  auto q = lin(x, slot).view({n, -1, d});
   q = q.view({n, q.size(1), s.heads, d / s.heads}).transpose(1, 2);
   auto y = at::scaled_dot_product_attention(q, k, v, mask.unsqueeze(1), 0.0, false);
-  return merge(y, w + 2, s, d).view(x.sizes());
+  return merge(y, lin, slot + 1, d).view(x.sizes());
 }
 
 // Residual: pre-norm x + f(norm(x)), post-norm norm(x + f(x)).
@@ -84,34 +92,112 @@ at::Tensor residual(const at::Tensor& x, const at::Tensor* n, const Shape& s, F 
   return norm(x + f(x), n[0], n[1], s);
 }
 
-at::Tensor decoder_layers(
+at::Tensor layer_loop(
     const at::Tensor& x_in, const at::Tensor& kv, int64_t rows, int64_t t,
     at::TensorList cross_k, at::TensorList cross_v, const at::Tensor& mask,
-    at::TensorList weights, bool packed, int64_t heads, bool norm_first, int64_t activation,
-    double eps) {
-  const Shape s{heads, norm_first, activation, eps, packed};
+    at::TensorList weights, const Shape& s, const Linear& lin) {
   const int64_t layers = static_cast<int64_t>(cross_k.size());
-  TORCH_CHECK(
-      static_cast<int64_t>(weights.size()) == kPerLayer * layers ||
-          static_cast<int64_t>(weights.size()) == kPerLayer * layers + 2,
-      "decoder_layers: ", weights.size(), " weights for ", layers, " layers");
+  const int64_t own = kPerLayer * layers;
+  const int64_t given = static_cast<int64_t>(weights.size());
+  TORCH_CHECK(given == own || given == own + 2, "decoder_layers: ", given, " weights for ", layers,
+              " layers");
   auto live = kv.slice(0, 0, rows);
   at::Tensor x = x_in;
   for (int64_t i = 0; i < layers; ++i) {
     const at::Tensor* w = weights.data() + kPerLayer * i;
+    const int64_t slot = 6 * i;
     auto cache = live.select(1, i);
-    x = residual(x, w, s, [&](const at::Tensor& h) { return self_attention(h, cache, t, w + 2, s); });
+    x = residual(x, w, s, [&](const at::Tensor& h) {
+      return self_attention(h, cache, t, lin, slot, s);
+    });
     x = residual(x, w + 6, s, [&](const at::Tensor& h) {
-      return cross_attention(h, cross_k[i], cross_v[i], mask, w + 8, s);
+      return cross_attention(h, cross_k[i], cross_v[i], mask, lin, slot + 2, s);
     });
     x = residual(x, w + 12, s, [&](const at::Tensor& h) {
-      return linear(activate(linear(h, w[14], w[15], s), s), w[16], w[17], s);
+      return lin(activate(lin(h, slot + 4), s), slot + 5);
     });
   }
-  if (static_cast<int64_t>(weights.size()) == kPerLayer * layers + 2) {
-    x = norm(x, weights[kPerLayer * layers], weights[kPerLayer * layers + 1], s);
+  return given == own + 2 ? norm(x, weights[own], weights[own + 1], s) : x;
+}
+
+// The weights' linear slots: W and b of linear k of layer i sit at 18 i + {2, 4, 8, 10, 14, 16}.
+int64_t weight_index(int64_t slot) {
+  static const int64_t at_[6] = {2, 4, 8, 10, 14, 16};
+  return kPerLayer * (slot / 6) + at_[slot % 6];
+}
+
+at::Tensor decoder_layers(
+    const at::Tensor& x, const at::Tensor& kv, int64_t rows, int64_t t,
+    at::TensorList cross_k, at::TensorList cross_v, const at::Tensor& mask,
+    at::TensorList weights, bool packed, int64_t heads, bool norm_first, int64_t activation,
+    double eps) {
+  const Shape s{heads, norm_first, activation, eps, packed};
+  Linear lin = [&](const at::Tensor& h, int64_t slot) {
+    const int64_t k = weight_index(slot);
+    return linear(h, weights[k], weights[k + 1], s);
+  };
+  return layer_loop(x, kv, rows, t, cross_k, cross_v, mask, weights, s, lin);
+}
+
+// The int8 step (model/int8.py's _packed_product on fbgemm's packed rows): each input row scaled
+// by its absolute maximum (per_row), else fbgemm's scale for the batch; a non-finite input
+// stops the step and names its linear (the second output; -1 when none).
+struct NonFinite {
+  int64_t slot;
+};
+
+at::Tensor int8_linear(
+    const at::Tensor& x, const c10::IValue& pack, const at::Tensor& bias, int64_t slot,
+    bool per_row, double row_scale, int64_t row_zero, bool reduce_range) {
+  static const auto& row_op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "quantized::linear_with_input_q_dq_qweight_dq_output_fp32", "");
+  static const auto& batch_op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_dynamic", "");
+  auto finite = [&](const at::Tensor& m) {
+    if (m.numel() && !std::isfinite(m.max().item<double>())) {
+      throw NonFinite{slot};
+    }
+  };
+  if (!per_row) {
+    finite(x.abs());
+    torch::jit::Stack stack{x, pack, reduce_range};
+    batch_op.callBoxed(&stack);
+    return stack[0].toTensor().add_(bias);
   }
-  return x;
+  auto scale = x.abs().amax({-1}, true);
+  finite(scale);
+  scale.clamp_min_(1e-30);
+  torch::jit::Stack stack{at::div(x, scale), row_scale, row_zero, pack};
+  row_op.callBoxed(&stack);
+  return at::addcmul(bias, stack[0].toTensor(), scale);
+}
+
+// decoder_layers_int8's boxed kernel: the packed rows are TorchScript objects, passed through.
+void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  auto args = torch::jit::last(*stack, 17);
+  auto x = args[0].toTensor(), kv = args[1].toTensor(), mask = args[6].toTensor();
+  auto cross_k = args[4].toTensorVector(), cross_v = args[5].toTensorVector();
+  auto weights = args[7].toTensorVector();
+  auto packs = args[8].toList();
+  const bool per_row = args[9].toBool(), reduce_range = args[12].toBool();
+  const double row_scale = args[10].toDouble();
+  const int64_t row_zero = args[11].toInt();
+  const Shape s{args[13].toInt(), args[14].toBool(), args[15].toInt(), args[16].toDouble(), false};
+  Linear lin = [&](const at::Tensor& h, int64_t slot) {
+    const at::Tensor& bias = weights[weight_index(slot) + 1];
+    return int8_linear(h, packs.get(slot), bias, slot, per_row, row_scale, row_zero, reduce_range);
+  };
+  at::Tensor out;
+  int64_t bad = -1;
+  try {
+    out = layer_loop(x, kv, args[2].toInt(), args[3].toInt(), cross_k, cross_v, mask, weights, s,
+                     lin);
+  } catch (const NonFinite& e) {
+    out = x;
+    bad = e.slot;
+  }
+  torch::jit::drop(*stack, 17);
+  torch::jit::push(*stack, out, bad);
 }
 
 }  // namespace
@@ -122,4 +208,11 @@ TORCH_LIBRARY(seq2seq_step, m) {
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
       "float eps) -> Tensor",
       &decoder_layers);
+  m.def(
+      "decoder_layers_int8(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, "
+      "Tensor[] cross_v, Tensor mask, Tensor[] weights, "
+      "__torch__.torch.classes.quantized.LinearPackedParamsBase[] packs, bool per_row, "
+      "float row_scale, int row_zero, bool reduce_range, int heads, bool norm_first, "
+      "int activation, float eps) -> (Tensor, int)",
+      torch::CppFunction::makeFromBoxedFunction<&decoder_layers_int8>());
 }
