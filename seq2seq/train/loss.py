@@ -14,6 +14,7 @@ from torch import nn
 
 from seq2seq.data.tokenizer import PAD_ID
 from seq2seq.model.transformer import Transformer
+from seq2seq.train import onednn
 
 
 def label_smoothed_loss(
@@ -55,23 +56,26 @@ class _LinearCrossEntropy(torch.autograd.Function):
         grad_weight = torch.zeros_like(weight, dtype=torch.float32) if needs_grad else None
         # Cast once, outside the chunk loop (the weight is the large one).
         h_all, w = hidden.to(compute), weight.to(compute)
+        products = _Products(h_all, w, bias, chunk, needs_grad)
         accumulate_in_place = compute == torch.float32
         for start in range(0, rows, chunk):
             h, t = h_all[start : start + chunk], target[start : start + chunk, None]
-            z = (h @ w.T).float()
-            if bias is not None:
-                z += bias
-            lse = torch.logsumexp(z, dim=1)
-            # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution.
-            row_loss = lse - (1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
-            loss += row_loss.sum()
+            z_all = products.logits(h)
+            z = z_all[: h.size(0)]  # the packed products' padding rows are dropped
+            # CE_ε = lse − (1−ε)·z_y − ε·mean(z): −log p mixed with the uniform distribution,
+            # lse = m + log Σ exp(z − m). One exp over the logits serves the loss and softmax.
+            row_loss = -(1 - smoothing) * z.gather(1, t).squeeze(1) - smoothing * z.mean(1)
+            top = z.amax(1, keepdim=True)
+            torch.exp(torch.sub(z, top, out=z), out=z)
+            total = z.sum(1, keepdim=True)
+            loss += (row_loss + (top + total.log()).squeeze(1)).sum()
             if not needs_grad:
                 continue
             # ∂CE_ε/∂z = softmax(z) − (1−ε)·onehot(y) − ε/V, built in place in the logits.
-            z.sub_(lse[:, None]).exp_().sub_(smoothing / vocab)
+            z.mul_(total.reciprocal_()).sub_(smoothing / vocab)
             z.scatter_add_(1, t, z.new_full(t.shape, -(1 - smoothing)))
             if accumulate_in_place:  # no temporaries: write and add straight into the results
-                torch.mm(z, w, out=grad_hidden[start : start + chunk])
+                products.input_grad(z_all, out=grad_hidden[start : start + chunk])
                 grad_weight.addmm_(z.T, h)
             else:  # bf16/fp16 matmuls; the sum over chunks in float32
                 g = z.to(compute)
@@ -93,6 +97,33 @@ class _LinearCrossEntropy(torch.autograd.Function):
             None,  # compute
             None,  # bias: a constant
         )
+
+
+class _Products:
+    """The chunks' two products with the output layer's weight: logits h·Wᵀ (+ bias) in float32
+    and the input gradient g·W. On CPU in float32 both run on oneDNN's copies of W, packed once
+    per loss, every product at `chunk` rows (onednn.py); elsewhere plain matmuls."""
+
+    def __init__(self, h, w, bias, chunk: int, needs_grad: bool):
+        self.w, self.bias, self.chunk = w, bias, chunk
+        self.packed = self.packed_t = None
+        if onednn.packs(h, w):
+            self.packed = onednn.pack(w, chunk)
+            self.packed_t = onednn.pack(w.t(), chunk) if needs_grad else None
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """h·Wᵀ (+ bias), float32: h's rows first, then (packed) zero rows' up to `chunk`."""
+        if self.packed is not None:
+            return onednn.times(h, self.packed, self.chunk, self.bias)
+        z = (h @ self.w.T).float()
+        return z if self.bias is None else z.add_(self.bias)
+
+    def input_grad(self, g: torch.Tensor, out: torch.Tensor) -> None:
+        """out ← the first out.size(0) rows of g·W (float32)."""
+        if self.packed_t is not None:
+            out.copy_(onednn.times(g, self.packed_t, self.chunk)[: out.size(0)])
+        else:
+            torch.mm(g, self.w, out=out)
 
 
 @torch.compiler.disable  # a Python loop over chunks: run it eagerly inside compiled graphs
