@@ -565,7 +565,10 @@ class Transformer(nn.Module):
         """
         cache.settle()
         x = self.embed(self.tgt_embed, ids.unsqueeze(1), offset=cache.length)
-        if cache.compiled is not None and not torch.is_grad_enabled():
+        # Under autocast the Python step: the compiled one calls the operators as they are,
+        # without autocast's casts (bf16 keys beside a float32 query).
+        compiled = cache.compiled is not None and not torch.is_grad_enabled()
+        if compiled and not torch.is_autocast_enabled("cpu"):
             states = compiled_step.run(cache.compiled, x, cache)  # the same operators, in C++
         else:
             for i, layer in enumerate(self.decoder_layers):
