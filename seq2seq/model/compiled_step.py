@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 NAME = "seq2seq_decoder_step"
 SOURCE = Path(__file__).parent / "csrc" / "decoder_step.cpp"
+# torch ships fbgemm's headers without asmjit's, which one of them names: declarations in stub/
+STUB = SOURCE.parent / "stub"
+HEADERS = [SOURCE.parent / "int8_rows.h", STUB / "asmjit" / "core.h", STUB / "asmjit" / "x86.h"]
 BUILD = Path(__file__).parent / "_build"
 # Set to 0 to decode on the Python step although the compiled one is built (comparisons).
 SWITCH = "SEQ2SEQ_COMPILED_STEP"
@@ -64,8 +67,8 @@ class Int8Plan:
 
 
 def stamp() -> str:
-    """What a build must have been made from: this torch and this source."""
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    """What a build must have been made from: this torch and this source (its headers too)."""
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in [SOURCE, *HEADERS])).hexdigest()[:16]
     return f"torch {torch.__version__} source {digest}"
 
 
@@ -82,6 +85,7 @@ def build(folder: Path) -> Path:
         NAME,
         [str(SOURCE)],
         extra_cflags=["-O3"],
+        extra_include_paths=[str(STUB)],
         build_directory=str(folder),
         is_python_module=False,
         verbose=False,

@@ -9,6 +9,8 @@
 #include <ATen/core/stack.h>
 #include <torch/library.h>
 
+#include "int8_rows.h"
+
 #include <cmath>
 #include <functional>
 
@@ -153,13 +155,30 @@ at::Tensor int8_linear(
       "quantized::linear_with_input_q_dq_qweight_dq_output_fp32", "");
   static const auto& batch_op =
       c10::Dispatcher::singleton().findSchemaOrThrow("quantized::linear_dynamic", "");
+  const bool fused = int8_rows::supported() && x.scalar_type() == at::kFloat;
+  auto* rows = fused && per_row ? int8_rows::fbgemm_pack(pack) : nullptr;
+  if (rows != nullptr) {  // int8_rows.h: the ops below in three passes, the same numbers
+    at::Tensor out;
+    if (!int8_rows::linear(x, *rows, bias, static_cast<float>(row_scale),
+                           static_cast<int32_t>(row_zero), out)) {
+      throw NonFinite{slot};
+    }
+    return out;
+  }
   auto finite = [&](const at::Tensor& m) {
     if (m.numel() && !std::isfinite(m.max().item<double>())) {
       throw NonFinite{slot};
     }
   };
   if (!per_row) {
-    finite(x.abs());
+    if (fused) {  // the scan, not abs, max and a read-back
+      auto input = x.expect_contiguous();
+      if (!int8_rows::all_finite(input->const_data_ptr<float>(), x.numel())) {
+        throw NonFinite{slot};
+      }
+    } else {
+      finite(x.abs());
+    }
     torch::jit::Stack stack{x, pack, reduce_range};
     batch_op.callBoxed(&stack);
     return stack[0].toTensor().add_(bias);
