@@ -1,6 +1,7 @@
 """The decoder step's layer loop compiled: one C++ call over the ATen operators the Python step
-calls, in its order and on its shapes (`csrc/decoder_step.cpp`), so float32 outputs stay
-bit-identical and only the Python and module calls between operators go.
+calls, in its order and on its shapes (`csrc/decoder_step.cpp`), but for attention, which is its
+own loop (`csrc/step_attention.h`, faster than SDPA for one query): outputs are the Python step's
+to float32 rounding, and the Python and module calls between operators go.
 
 `make install` builds it (`python -m seq2seq.model.compiled_step`, through
 `torch.utils.cpp_extension`) into `_build/` beside this file; nothing compiles at run time. Without
@@ -32,7 +33,12 @@ NAME = "seq2seq_decoder_step"
 SOURCE = Path(__file__).parent / "csrc" / "decoder_step.cpp"
 # torch ships fbgemm's headers without asmjit's, which one of them names: declarations in stub/
 STUB = SOURCE.parent / "stub"
-HEADERS = [SOURCE.parent / "int8_rows.h", STUB / "asmjit" / "core.h", STUB / "asmjit" / "x86.h"]
+HEADERS = [
+    SOURCE.parent / "int8_rows.h",
+    SOURCE.parent / "step_attention.h",
+    STUB / "asmjit" / "core.h",
+    STUB / "asmjit" / "x86.h",
+]
 BUILD = Path(__file__).parent / "_build"
 # Set to 0 to decode on the Python step although the compiled one is built (comparisons).
 SWITCH = "SEQ2SEQ_COMPILED_STEP"

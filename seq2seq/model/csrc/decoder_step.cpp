@@ -1,7 +1,8 @@
 // The decoder's layer loop for one new position, as one C++ function over the same ATen calls
 // the Python step makes (seq2seq/model/transformer.py: DecoderLayer.step, MultiHeadAttention.step
 // and step_cross, FeedForward, Residual, then decoder_norm), in the same order and on the same
-// shapes, so float32 results are bit-identical; what goes is the Python between the operators.
+// shapes, but for attention (step_attention.h: SDPA's maths in a loop made for one query), so
+// float32 results are the Python step's to rounding; what goes is the Python between operators.
 // Built by `make install` (seq2seq/model/compiled_step.py); without it the Python step runs.
 
 #include <ATen/ATen.h>
@@ -10,6 +11,7 @@
 #include <torch/library.h>
 
 #include "int8_rows.h"
+#include "step_attention.h"
 
 #include <cmath>
 #include <functional>
@@ -55,23 +57,18 @@ at::Tensor activate(const at::Tensor& x, const Shape& s) {
   return s.activation == 2 ? at::silu(x) : at::relu(x);
 }
 
-// MultiHeadAttention._attend's tail: heads back together, then the output projection.
-at::Tensor merge(const at::Tensor& y, const Linear& lin, int64_t slot, int64_t d) {
-  return lin(y.transpose(1, 2).reshape({y.size(0), y.size(2), d}), slot);
-}
-
-// MultiHeadAttention.step: position t's key and value written into kv [N, 2, H, cap, d_head].
+// MultiHeadAttention.step: position t's key and value written into kv [N, 2, H, cap, d_head],
+// then its query over positions 0..t (step_attention.h, not SDPA: same maths, its own rounding).
 at::Tensor self_attention(
     const at::Tensor& x, const at::Tensor& kv, int64_t t, const Linear& lin, int64_t slot,
     const Shape& s) {
-  const int64_t d = x.size(-1);
-  auto heads = lin(x, slot).view({x.size(0), 3, s.heads, d / s.heads});
-  kv.select(3, t).copy_(heads.slice(1, 1));
-  auto q = heads.select(1, 0).unsqueeze(2);
+  const int64_t d = x.size(-1), n = x.size(0);
+  auto projected = lin(x, slot);
+  kv.select(3, t).copy_(projected.view({n, 3, s.heads, d / s.heads}).slice(1, 1));
   auto k = kv.select(1, 0).slice(2, 0, t + 1);
   auto v = kv.select(1, 1).slice(2, 0, t + 1);
-  auto y = at::scaled_dot_product_attention(q, k, v, std::nullopt, 0.0, false);
-  return merge(y, lin, slot + 1, d);
+  auto y = step_attention::attend(projected.view({n, 1, 3 * d}).narrow(2, 0, d), k, v, {}, s.heads);
+  return lin(y, slot + 1);
 }
 
 // MultiHeadAttention.step_cross: a sentence's beams attend as `beam` queries over its keys.
@@ -80,9 +77,8 @@ at::Tensor cross_attention(
     const Linear& lin, int64_t slot, const Shape& s) {
   const int64_t d = x.size(-1), n = k.size(0);
   auto q = lin(x, slot).view({n, -1, d});
-  q = q.view({n, q.size(1), s.heads, d / s.heads}).transpose(1, 2);
-  auto y = at::scaled_dot_product_attention(q, k, v, mask.unsqueeze(1), 0.0, false);
-  return merge(y, lin, slot + 1, d).view(x.sizes());
+  auto y = step_attention::attend(q, k, v, mask.select(1, 0), s.heads);
+  return lin(y, slot + 1).view(x.sizes());
 }
 
 // Residual: pre-norm x + f(norm(x)), post-norm norm(x + f(x)).
@@ -222,6 +218,10 @@ void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
 }  // namespace
 
 TORCH_LIBRARY(seq2seq_step, m) {
+  // The step's attention alone (tests compare it with SDPA): q [N, B, H·d], k and v [N, H, T, d],
+  // mask [N, T] bool or empty (every key allowed).
+  m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, int heads) -> Tensor",
+        &step_attention::attend);
   m.def(
       "decoder_layers(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, Tensor[] cross_v, "
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
