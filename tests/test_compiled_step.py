@@ -192,3 +192,58 @@ def test_a_query_with_no_allowed_key_gets_zeros_in_the_step_attention():
     q, k, v = torch.randn(1, 2, 64), torch.randn(1, 1, 3, 64), torch.randn(1, 1, 3, 64)
     mask = torch.zeros(1, 3, dtype=torch.bool)
     assert torch.equal(torch.ops.seq2seq_step.attention(q, k, v, mask, 1), torch.zeros(1, 2, 64))
+
+
+def _decode_reordered(model, src, monkeypatch, compiled: bool):
+    """Six steps of beam 3 where every beam continues beam 0 of its sentence, then beams 2, 0, 2,
+    and the first sentence stops after step 3: logits and the cache's keys at the end."""
+    monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+    src_mask = padding_mask(src)
+    beam = 3
+    with torch.inference_mode():
+        cache = model.start_decoding(model.encode(src, src_mask), src_mask, beam=beam, capacity=2)
+        ids = torch.full((src.size(0) * beam,), 1)
+        out = []
+        for t in range(6):
+            logits = model.decode_step(ids, cache)
+            out.append(logits.clone())
+            ids = logits.argmax(-1)
+            sentences = ids.numel() // beam
+            pick = torch.tensor([0, 0, 0] if t % 2 else [2, 0, 2])
+            cache.reorder((torch.arange(sentences).unsqueeze(1) * beam + pick).view(-1))
+            if t == 3:
+                cache.keep(torch.tensor([1]))
+                ids = ids[beam:]
+        keys = [k.clone() for k in cache.self_k]
+    return out, keys, cache.origin is None
+
+
+@built
+@pytest.mark.parametrize("quantized", [False, True])
+def test_beams_moved_by_index_read_the_history_a_gathered_cache_holds(quantized, monkeypatch):
+    model = tiny_model(tiny_shape(decoder_layers=2), seed=7).eval()
+    model = quantize_int8(model) if quantized else model
+    src = torch.randint(4, 40, (2, 5))
+    want, want_keys, _ = _decode_reordered(model, src, monkeypatch, compiled=False)
+    got, got_keys, gathered = _decode_reordered(model, src, monkeypatch, compiled=True)
+    assert gathered  # reading `self_k` gathered the rows the steps read through `origin`
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=INT8_STEP if quantized else 2e-5)
+        assert torch.equal(g.argmax(-1), w.argmax(-1))
+    for g, w in zip(got_keys, want_keys):
+        torch.testing.assert_close(g, w, rtol=0, atol=INT8_STEP if quantized else 2e-5)
+
+
+@built
+def test_a_compiled_cache_moves_beam_indices_not_keys(monkeypatch):
+    monkeypatch.setenv(compiled_step.SWITCH, "1")
+    model = tiny_model(tiny_shape(), seed=7).eval()
+    src = torch.randint(4, 40, (2, 5))
+    with torch.inference_mode():
+        cache = model.start_decoding(model.encode(src, padding_mask(src)), padding_mask(src), 2, 4)
+        model.decode_step(torch.full((4,), 1), cache)
+        buffer = cache.kv.clone()
+        cache.reorder(torch.tensor([1, 1, 2, 3]))
+        model.decode_step(torch.full((4,), 1), cache)
+    assert torch.equal(cache.kv[:, ..., :1, :], buffer[:, ..., :1, :])  # position 0 stayed put
+    assert cache.origin[:, :2].tolist() == [[1, 0], [1, 1], [2, 2], [3, 3]]

@@ -44,6 +44,7 @@ BUILD = Path(__file__).parent / "_build"
 SWITCH = "SEQ2SEQ_COMPILED_STEP"
 ACTIVATION_CODES = {F.relu: 0, F.gelu: 1, F.silu: 2}
 NO_WEIGHT = torch.empty(0)  # an int8 linear's slot in the weights: its rows are in the packs
+NO_ORIGIN = torch.empty(0, dtype=torch.long)  # a cache whose rows hold their own positions
 
 
 @dataclass(frozen=True)
@@ -215,7 +216,8 @@ def _norm(m: nn.Module) -> tuple:
 def run(step: StepPlan, x: torch.Tensor, cache) -> torch.Tensor:
     """The layers and the final norm for one new position `x` [N, 1, d] at `cache.length`."""
     state = (x, cache.kv, cache.rows, cache.length, cache.cross_k, cache.cross_v, cache.query_mask)
-    shape = (step.heads, step.norm_first, step.activation, step.eps)
+    origin = NO_ORIGIN if cache.origin is None else cache.origin
+    shape = (step.heads, step.norm_first, step.activation, step.eps, origin)
     if step.int8 is None:
         return torch.ops.seq2seq_step.decoder_layers(*state, step.weights, step.packed, *shape)
     q = step.int8

@@ -304,6 +304,12 @@ class DecoderCache:
     before the next step reads them, so a reorder and a shrink in the same step copy once.
     Cross-attention keys/values of the encoder output are computed once and kept once per
     sentence.
+
+    With the compiled step (`compiled`), a reorder gathers no keys: `origin` [rows, capacity]
+    says which row of the buffer holds each position of each hypothesis (a position is written
+    once, into the row of the hypothesis that made it), a reorder gathers those indices, and
+    the step's attention reads through them. Before a Python step, or to read `self_k`, the
+    rows are gathered once and the cache goes on without `origin`.
     """
 
     kv: torch.Tensor  # [rows, layers, 2 (keys, values), H, capacity, d_head]; first `rows` used
@@ -317,21 +323,26 @@ class DecoderCache:
     pending: torch.Tensor | None = None  # the rows the next step continues, not yet gathered
     limit: int | None = None  # the most positions the buffer may ever need (max_positions)
     compiled: compiled_step.StepPlan | None = None  # the compiled layer loop, when it serves
+    origin: torch.Tensor | None = None  # [rows, capacity] int64: the row holding each position
 
     def __post_init__(self) -> None:
         self.rows = self.rows or self.kv.size(0)
+        if self.compiled is not None and self.origin is None:
+            self.origin = self.kv.new_empty(self.kv.size(0), self.kv.size(4), dtype=torch.long)
         self._views()
 
     @property
     def self_k(self) -> list[torch.Tensor]:
         """Each layer's cached keys [rows, H, length, d_head] (views of the buffer)."""
         self.settle()
+        self.gather_rows()
         return [self.kv[: self.rows, i, 0, :, : self.length] for i in range(self.kv.size(1))]
 
     @property
     def self_v(self) -> list[torch.Tensor]:
         """Each layer's cached values [rows, H, length, d_head] (views of the buffer)."""
         self.settle()
+        self.gather_rows()
         return [self.kv[: self.rows, i, 1, :, : self.length] for i in range(self.kv.size(1))]
 
     def layer(self, i: int) -> torch.Tensor:
@@ -355,6 +366,11 @@ class DecoderCache:
 
     def settle(self) -> None:
         """Gather the pending rows and make room for one more position: before a step."""
+        if self.pending is not None and self.origin is not None:
+            rows, self.pending = self.pending, None
+            self.origin = self.origin[: self.rows].index_select(0, rows)
+            self.rows = rows.numel()
+            self._views()
         if self.pending is not None:
             rows, self.pending = self.pending, None
             if self.spare is None:
@@ -376,8 +392,26 @@ class DecoderCache:
             capacity = max(min(capacity, self.limit), self.length + 1)
         shape = (*self.kv.shape[:4], capacity, self.kv.size(5))
         kv = self.kv.new_empty(shape)
-        kv[: self.rows, ..., : self.length, :] = self.kv[: self.rows, ..., : self.length, :]
+        # Through `origin` a hypothesis may read any row: all of them move.
+        held = self.kv.size(0) if self.origin is not None else self.rows
+        kv[:held, ..., : self.length, :] = self.kv[:held, ..., : self.length, :]
         self.kv, self.spare = kv, None
+        if self.origin is not None:
+            origin = self.origin.new_empty(self.origin.size(0), capacity)
+            origin[:, : self.length] = self.origin[:, : self.length]
+            self.origin = origin
+        self._views()
+
+    def gather_rows(self) -> None:
+        """Each hypothesis's positions into its own row, and no `origin` from now on (for a
+        Python step, which reads rows in place; call after `settle`)."""
+        if self.origin is None:
+            return
+        t, origin, self.origin = self.length, self.origin[: self.rows, : self.length], None
+        if t:
+            positions = torch.arange(t, device=origin.device).expand_as(origin)
+            held = self.kv[origin, :, :, :, positions]  # [rows, t, layers, 2, H, d_head]
+            self.kv[: self.rows, ..., :t, :] = held.permute(0, 2, 3, 4, 1, 5)
         self._views()
 
     def _views(self) -> None:
@@ -571,6 +605,7 @@ class Transformer(nn.Module):
         if compiled and not torch.is_autocast_enabled("cpu"):
             states = compiled_step.run(cache.compiled, x, cache)  # the same operators, in C++
         else:
+            cache.gather_rows()
             for i, layer in enumerate(self.decoder_layers):
                 x = layer.step(x, cache, i)
             states = self.decoder_norm(x)

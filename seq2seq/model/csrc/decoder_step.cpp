@@ -57,18 +57,19 @@ at::Tensor activate(const at::Tensor& x, const Shape& s) {
   return s.activation == 2 ? at::silu(x) : at::relu(x);
 }
 
-// MultiHeadAttention.step: position t's key and value written into kv [N, 2, H, cap, d_head],
-// then its query over positions 0..t (step_attention.h, not SDPA: same maths, its own rounding).
+// MultiHeadAttention.step: position t's key and value written into row n of kv [R, 2, H, cap,
+// d_head], then its query over positions 0..t (step_attention.h, not SDPA: same maths, its own
+// rounding), each read from the row `origin` names (empty: row n itself).
 at::Tensor self_attention(
-    const at::Tensor& x, const at::Tensor& kv, int64_t t, const Linear& lin, int64_t slot,
-    const Shape& s) {
+    const at::Tensor& x, const at::Tensor& kv, int64_t t, const at::Tensor& origin,
+    const Linear& lin, int64_t slot, const Shape& s) {
   const int64_t d = x.size(-1), n = x.size(0);
   auto projected = lin(x, slot);
-  kv.select(3, t).copy_(projected.view({n, 3, s.heads, d / s.heads}).slice(1, 1));
+  kv.slice(0, 0, n).select(3, t).copy_(projected.view({n, 3, s.heads, d / s.heads}).slice(1, 1));
   auto k = kv.select(1, 0).slice(2, 0, t + 1);
   auto v = kv.select(1, 1).slice(2, 0, t + 1);
-  auto y = step_attention::attend(projected.view({n, 1, 3 * d}).narrow(2, 0, d), k, v, {}, s.heads);
-  return lin(y, slot + 1);
+  auto q = projected.view({n, 1, 3 * d}).narrow(2, 0, d);
+  return lin(step_attention::attend_through(q, k, v, {}, s.heads, origin), slot + 1);
 }
 
 // MultiHeadAttention.step_cross: a sentence's beams attend as `beam` queries over its keys.
@@ -90,23 +91,35 @@ at::Tensor residual(const at::Tensor& x, const at::Tensor* n, const Shape& s, F 
   return norm(x + f(x), n[0], n[1], s);
 }
 
+// `origin` [rows, cap] int64: the kv row holding each hypothesis's positions (DecoderCache's
+// beam reorders move these indices, not the keys); position t, written now, is its own row's.
+// Empty: each hypothesis's positions are all in its own row.
 at::Tensor layer_loop(
     const at::Tensor& x_in, const at::Tensor& kv, int64_t rows, int64_t t,
     at::TensorList cross_k, at::TensorList cross_v, const at::Tensor& mask,
-    at::TensorList weights, const Shape& s, const Linear& lin) {
+    at::TensorList weights, const Shape& s, const Linear& lin, const at::Tensor& origin) {
   const int64_t layers = static_cast<int64_t>(cross_k.size());
   const int64_t own = kPerLayer * layers;
   const int64_t given = static_cast<int64_t>(weights.size());
   TORCH_CHECK(given == own || given == own + 2, "decoder_layers: ", given, " weights for ", layers,
               " layers");
-  auto live = kv.slice(0, 0, rows);
+  const bool through = origin.numel() > 0;
+  if (through) {
+    TORCH_CHECK(origin.scalar_type() == at::kLong && origin.size(0) >= rows &&
+                    origin.size(1) > t && origin.stride(1) == 1,
+                "decoder_layers: origin [rows, capacity] int64");
+    auto* o = origin.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows; ++r) o[r * origin.stride(0) + t] = r;
+  }
+  auto live = through ? kv : kv.slice(0, 0, rows);
+  auto held = through ? origin.slice(0, 0, rows) : origin;
   at::Tensor x = x_in;
   for (int64_t i = 0; i < layers; ++i) {
     const at::Tensor* w = weights.data() + kPerLayer * i;
     const int64_t slot = 6 * i;
     auto cache = live.select(1, i);
     x = residual(x, w, s, [&](const at::Tensor& h) {
-      return self_attention(h, cache, t, lin, slot, s);
+      return self_attention(h, cache, t, held, lin, slot, s);
     });
     x = residual(x, w + 6, s, [&](const at::Tensor& h) {
       return cross_attention(h, cross_k[i], cross_v[i], mask, lin, slot + 2, s);
@@ -128,13 +141,13 @@ at::Tensor decoder_layers(
     const at::Tensor& x, const at::Tensor& kv, int64_t rows, int64_t t,
     at::TensorList cross_k, at::TensorList cross_v, const at::Tensor& mask,
     at::TensorList weights, bool packed, int64_t heads, bool norm_first, int64_t activation,
-    double eps) {
+    double eps, const at::Tensor& origin) {
   const Shape s{heads, norm_first, activation, eps, packed};
   Linear lin = [&](const at::Tensor& h, int64_t slot) {
     const int64_t k = weight_index(slot);
     return linear(h, weights[k], weights[k + 1], s);
   };
-  return layer_loop(x, kv, rows, t, cross_k, cross_v, mask, weights, s, lin);
+  return layer_loop(x, kv, rows, t, cross_k, cross_v, mask, weights, s, lin, origin);
 }
 
 // The int8 step (model/int8.py's _packed_product on fbgemm's packed rows): each input row scaled
@@ -189,7 +202,7 @@ at::Tensor int8_linear(
 
 // decoder_layers_int8's boxed kernel: the packed rows are TorchScript objects, passed through.
 void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto args = torch::jit::last(*stack, 17);
+  auto args = torch::jit::last(*stack, 18);
   auto x = args[0].toTensor(), kv = args[1].toTensor(), mask = args[6].toTensor();
   auto cross_k = args[4].toTensorVector(), cross_v = args[5].toTensorVector();
   auto weights = args[7].toTensorVector();
@@ -206,12 +219,12 @@ void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   int64_t bad = -1;
   try {
     out = layer_loop(x, kv, args[2].toInt(), args[3].toInt(), cross_k, cross_v, mask, weights, s,
-                     lin);
+                     lin, args[17].toTensor());
   } catch (const NonFinite& e) {
     out = x;
     bad = e.slot;
   }
-  torch::jit::drop(*stack, 17);
+  torch::jit::drop(*stack, 18);
   torch::jit::push(*stack, out, bad);
 }
 
@@ -225,13 +238,13 @@ TORCH_LIBRARY(seq2seq_step, m) {
   m.def(
       "decoder_layers(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, Tensor[] cross_v, "
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
-      "float eps) -> Tensor",
+      "float eps, Tensor origin) -> Tensor",
       &decoder_layers);
   m.def(
       "decoder_layers_int8(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, "
       "Tensor[] cross_v, Tensor mask, Tensor[] weights, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase[] packs, bool per_row, "
       "float row_scale, int row_zero, bool reduce_range, int heads, bool norm_first, "
-      "int activation, float eps) -> (Tensor, int)",
+      "int activation, float eps, Tensor origin) -> (Tensor, int)",
       torch::CppFunction::makeFromBoxedFunction<&decoder_layers_int8>());
 }

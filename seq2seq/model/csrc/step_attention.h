@@ -42,21 +42,30 @@ static inline float exp_nonpositive(float x) {
   return p * two_n;
 }
 
+// Where key (or value) t of a query lives: `base` + t·`step`, plus, when the positions are read
+// through a table (a beam's reorders moved indices, not keys), its row's offset there.
+struct Keys {
+  const float* base;
+  int64_t step;
+  const int64_t* rows;  // row of each position, or null: all in `base`'s row
+  int64_t row_step;
+  const float* at(int64_t t) const { return base + (rows ? rows[t] * row_step : 0) + t * step; }
+};
+
 // One query: out[d] = Σ_t softmax_t(scale · q·k_t) v_t over the keys where allowed (mask null:
 // all); `w` is scratch for T weights. A query with no allowed key gets zeros. D: d_head when
 // known at compile time (its accumulators then stay in registers), 0 for any (`d`).
 template <int D>
 STEP_CLONES
-static void attend_row(const float* q, const float* k, int64_t k_step, const float* v,
-                       int64_t v_step, const bool* mask, int64_t mask_step, int64_t T, int64_t d,
-                       float scale, float* w, float* out) {
+static void attend_row(const float* q, Keys k, Keys v, const bool* mask, int64_t mask_step,
+                       int64_t T, int64_t d, float scale, float* w, float* out) {
   constexpr int kLanes = 16;
   const int64_t dd = D ? D : d;
   // Four keys at a time: four independent sums, not one chain of dependent adds.
   int64_t t = 0;
   for (; t + 4 <= T; t += 4) {
     float a0[kLanes] = {0}, a1[kLanes] = {0}, a2[kLanes] = {0}, a3[kLanes] = {0};
-    const float *k0 = k + t * k_step, *k1 = k0 + k_step, *k2 = k1 + k_step, *k3 = k2 + k_step;
+    const float *k0 = k.at(t), *k1 = k.at(t + 1), *k2 = k.at(t + 2), *k3 = k.at(t + 3);
     int64_t i = 0;
     for (; i + kLanes <= dd; i += kLanes) {
       for (int j = 0; j < kLanes; ++j) {
@@ -86,7 +95,7 @@ static void attend_row(const float* q, const float* k, int64_t k_step, const flo
     w[t + 3] = s3 * scale;
   }
   for (; t < T; ++t) {
-    const float* kt = k + t * k_step;
+    const float* kt = k.at(t);
     float a[kLanes] = {0};
     int64_t i = 0;
     for (; i + kLanes <= dd; i += kLanes) {
@@ -117,7 +126,7 @@ static void attend_row(const float* q, const float* k, int64_t k_step, const flo
     float o[D] = {0};
     for (int64_t u = 0; u < T; ++u) {
       const float e = w[u];
-      const float* vt = v + u * v_step;
+      const float* vt = v.at(u);
       for (int i = 0; i < D; ++i) o[i] += e * vt[i];
     }
     for (int i = 0; i < D; ++i) out[i] = o[i] * inv;
@@ -125,30 +134,37 @@ static void attend_row(const float* q, const float* k, int64_t k_step, const flo
     for (int64_t i = 0; i < dd; ++i) out[i] = 0.0f;
     for (int64_t u = 0; u < T; ++u) {
       const float e = w[u];
-      const float* vt = v + u * v_step;
+      const float* vt = v.at(u);
       for (int64_t i = 0; i < dd; ++i) out[i] += e * vt[i];
     }
     for (int64_t i = 0; i < dd; ++i) out[i] *= inv;
   }
 }
 
-// q [N, B, H·d] (B queries per key set), k and v [N, H, T, d] with d contiguous, mask [N, T]
-// (bool, any strides; undefined: all allowed) → [N, B, H·d], heads already merged.
-inline at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                         const at::Tensor& mask, int64_t heads) {
+// q [N, B, H·d] (B queries per key set), k and v [R, H, T, d] with d contiguous, mask [N, T]
+// (bool, any strides; empty: all allowed), `origin` [N, ≥T] int64 (empty: query set n reads
+// row n, R = N): the row of k and v that holds position t for query set n → [N, B, H·d], heads
+// already merged.
+inline at::Tensor attend_through(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                 const at::Tensor& mask, int64_t heads, const at::Tensor& origin) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
                   v.scalar_type() == at::kFloat && k.stride(3) == 1 && v.stride(3) == 1 &&
                   q.stride(2) == 1,
               "step attention: float32 with contiguous heads");
+  const bool through = origin.defined() && origin.numel();
+  TORCH_CHECK(!through || (origin.scalar_type() == at::kLong && origin.stride(1) == 1),
+              "step attention: origin int64 with contiguous positions");
   const int64_t N = q.size(0), B = q.size(1), d = k.size(3), T = k.size(2);
+  TORCH_CHECK(through || k.size(0) == N, "step attention: one key row per query set");
   auto out = at::empty({N, B, heads * d}, q.options());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const float* qp = q.data_ptr<float>();
   const float* kp = k.data_ptr<float>();
   const float* vp = v.data_ptr<float>();
   const bool* mp = mask.defined() && mask.numel() ? mask.data_ptr<bool>() : nullptr;
+  const int64_t* rp = through ? origin.data_ptr<int64_t>() : nullptr;
   float* op = out.data_ptr<float>();
-  const int64_t qs0 = q.stride(0), qs1 = q.stride(1);
+  const int64_t qs0 = q.stride(0), qs1 = q.stride(1), rs0 = through ? origin.stride(0) : 0;
   const int64_t ks0 = k.stride(0), ks1 = k.stride(1), ks2 = k.stride(2);
   const int64_t vs0 = v.stride(0), vs1 = v.stride(1), vs2 = v.stride(2);
   const int64_t ms0 = mp ? mask.stride(0) : 0, ms1 = mp ? mask.stride(1) : 0;
@@ -158,14 +174,22 @@ inline at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Ten
     std::vector<float> w(static_cast<size_t>(T));
     for (int64_t nh = begin; nh < end; ++nh) {
       const int64_t n = nh / heads, h = nh % heads;
+      const int64_t own = rp ? 0 : n;  // the row itself, or each position's row from `origin`
+      const Keys keys{kp + own * ks0 + h * ks1, ks2, rp ? rp + n * rs0 : nullptr, ks0};
+      const Keys values{vp + own * vs0 + h * vs1, vs2, rp ? rp + n * rs0 : nullptr, vs0};
       for (int64_t b = 0; b < B; ++b) {
-        row(qp + n * qs0 + b * qs1 + h * d, kp + n * ks0 + h * ks1, ks2,
-                   vp + n * vs0 + h * vs1, vs2, mp ? mp + n * ms0 : nullptr, ms1, T, d, scale,
-                   w.data(), op + (n * B + b) * heads * d + h * d);
+        row(qp + n * qs0 + b * qs1 + h * d, keys, values, mp ? mp + n * ms0 : nullptr, ms1, T, d,
+            scale, w.data(), op + (n * B + b) * heads * d + h * d);
       }
     }
   });
   return out;
+}
+
+// attend_through with every query set reading its own row.
+inline at::Tensor attend(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                         const at::Tensor& mask, int64_t heads) {
+  return attend_through(q, k, v, mask, heads, at::Tensor());
 }
 
 }  // namespace step_attention
