@@ -366,24 +366,27 @@ class DecoderCache:
 
     def settle(self) -> None:
         """Gather the pending rows and make room for one more position: before a step."""
-        if self.pending is not None and self.origin is not None:
-            rows, self.pending = self.pending, None
-            self.origin = self.origin[: self.rows].index_select(0, rows)
-            self.rows = rows.numel()
-            self._views()
         if self.pending is not None:
             rows, self.pending = self.pending, None
-            if self.spare is None:
-                self.spare = torch.empty_like(self.kv)
-            t, into = self.length, self.spare[: rows.numel(), ..., : self.length, :]
-            if self.kv.requires_grad:  # outside inference mode (tests): `out=` cannot record it
-                into.copy_(self.kv[: self.rows, ..., :t, :].index_select(0, rows))
+            if self.origin is not None:  # the compiled step reads through `origin`: move that
+                self.origin = self.origin[: self.rows].index_select(0, rows)
             else:
-                torch.index_select(self.kv[: self.rows, ..., :t, :], 0, rows, out=into)
-            self.kv, self.spare, self.rows = self.spare, self.kv, rows.numel()
+                self._gather(rows)
+            self.rows = rows.numel()
             self._views()
         if self.length == self.kv.size(4):
             self._grow()
+
+    def _gather(self, rows: torch.Tensor) -> None:
+        """Row i of the buffer becomes row `rows[i]` (through the spare buffer)."""
+        if self.spare is None:
+            self.spare = torch.empty_like(self.kv)
+        t, into = self.length, self.spare[: rows.numel(), ..., : self.length, :]
+        if self.kv.requires_grad:  # outside inference mode (tests): `out=` cannot record it
+            into.copy_(self.kv[: self.rows, ..., :t, :].index_select(0, rows))
+        else:
+            torch.index_select(self.kv[: self.rows, ..., :t, :], 0, rows, out=into)
+        self.kv, self.spare = self.spare, self.kv
 
     def _grow(self) -> None:
         """Twice the room (a caller that did not say how long outputs may get)."""
