@@ -68,6 +68,7 @@ class ScriptedModel(torch.nn.Module):
 
 class ScriptedSteps:
     t = 0
+    compiled = None  # no compiled step: search scores on torch
 
     def reorder(self, rows):
         pass

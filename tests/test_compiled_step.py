@@ -10,7 +10,9 @@ import re
 import pytest
 import torch
 
+from seq2seq.config import DecodeConfig
 from seq2seq.data.batching import padding_mask
+from seq2seq.decode.search import decode
 from seq2seq.errors import UserError
 from seq2seq.model import compiled_step
 from seq2seq.model.int8 import use_activation_scales
@@ -247,3 +249,73 @@ def test_a_compiled_cache_moves_beam_indices_not_keys(monkeypatch):
         model.decode_step(torch.full((4,), 1), cache)
     assert torch.equal(cache.kv[:, ..., :1, :], buffer[:, ..., :1, :])  # position 0 stayed put
     assert cache.origin[:, :2].tolist() == [[1, 0], [1, 1], [2, 2], [3, 3]]
+
+
+def _select_by_torch(logits: torch.Tensor, never: torch.Tensor, width: int):
+    """decode/step.py's torch path: logsumexp over every column, never at -inf, then top-k."""
+    norm = torch.logsumexp(logits, dim=-1)
+    logits.index_fill_(1, never, -float("inf"))
+    return (norm, *logits.topk(min(width, logits.size(1)), dim=-1))
+
+
+@built
+@pytest.mark.parametrize("vocab", [8000, 130, 9])  # blocks of 64 and 16, and what is left
+@pytest.mark.parametrize("width", [1, 8])
+def test_select_gives_the_normaliser_never_columns_and_best_columns_torch_does(vocab, width):
+    torch.manual_seed(vocab + width)
+    logits = torch.randn(5, vocab) * 6
+    never = torch.tensor([0, 2])
+    want, got = logits.clone(), logits.clone()
+    norm, best, column = _select_by_torch(want, never, width)
+    got_norm, got_best, got_column = compiled_step.select(got, never, width)
+    torch.testing.assert_close(got_norm, norm, rtol=1e-6, atol=0)
+    assert torch.equal(got, want)  # the never columns at -inf, nothing else written
+    possible = best > -float("inf")  # of -inf ties (vocab 9, width 8: one), any column will do
+    assert torch.equal(got_best, best) and torch.equal(got_column[possible], column[possible])
+
+
+@built
+def test_select_at_width_zero_gives_only_the_normaliser():
+    logits = torch.randn(3, 100)
+    norm, best, column = compiled_step.select(logits.clone(), torch.tensor([1]), 0)
+    torch.testing.assert_close(norm, torch.logsumexp(logits, -1), rtol=1e-6, atol=0)
+    assert best.shape == column.shape == (3, 0)
+
+
+@built
+def test_select_carries_nan_and_infinite_logits_as_logsumexp_does():
+    inf = float("inf")
+    logits = torch.tensor(
+        [[0.0, 1.0, float("nan"), 2.0], [-inf, -inf, -inf, -inf], [0.0, inf, 1.0, 2.0]]
+    )
+    norm, _, _ = compiled_step.select(logits.clone(), torch.tensor([], dtype=torch.long), 1)
+    want = torch.logsumexp(logits, -1)
+    assert norm[0].isnan() and norm[1] == want[1] == -inf and norm[2] == want[2] == inf
+
+
+@built
+def test_select_gives_distinct_columns_when_fewer_than_width_are_possible():
+    inf = float("inf")
+    logits = torch.tensor([[-inf, 3.0, -inf, -inf, 1.0, -inf]])
+    _, best, column = compiled_step.select(logits, torch.tensor([0]), 4)
+    assert column[0, :2].tolist() == [1, 4] and best[0, :2].tolist() == [3.0, 1.0]
+    assert best[0, 2:].tolist() == [-inf, -inf]
+    assert sorted(column[0].tolist()) == sorted(set(column[0].tolist()))  # distinct, in range
+    assert all(0 <= c < 6 for c in column[0].tolist())
+
+
+@built
+@pytest.mark.parametrize("beam", [1, 3])
+def test_search_on_the_compiled_step_finds_the_python_steps_hypotheses(beam, monkeypatch):
+    model = tiny_model(tiny_shape(decoder_layers=2), seed=11).eval()
+    src = torch.randint(4, 40, (3, 6))
+    src[2, 3:] = 0
+    options = DecodeConfig(beam_size=beam, nbest=beam, max_len_b=8)
+    found = {}
+    for compiled in (False, True):
+        monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+        found[compiled] = decode(model, src, options)
+    for got, want in zip(found[True], found[False]):
+        assert [h.tokens for h in got] == [h.tokens for h in want]
+        for g, w in zip(got, want):
+            assert g.log_prob == pytest.approx(w.log_prob, abs=1e-4)

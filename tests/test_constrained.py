@@ -208,6 +208,8 @@ class _BigramModel:
 
     def start_decoding(self, memory, src_mask, beam, capacity=None):
         class Cache:
+            compiled = None  # no compiled step: search scores on torch
+
             def reorder(self, rows):
                 pass
 

@@ -109,7 +109,7 @@ def _stepwise(translator: Translator, source: str, target: list[int], forced: bo
     ids, total = torch.tensor([special.start]), 0.0
     with torch.inference_mode():
         for t, token in enumerate([*target, special.eos]):
-            logits, norm = next_token_scores(model, ids, cache, never)
+            logits, norm, _ = next_token_scores(model, ids, cache, never)
             total += 0.0 if forced and t == 0 else (logits[0, token] - norm[0]).item()
             ids = torch.tensor([token])
     return total

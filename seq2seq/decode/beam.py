@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from seq2seq.decode.hypothesis import Hypothesis, SearchError, length_penalty
 from seq2seq.decode.step import (
     Settings,
+    Top,
     forced,
     next_token_scores,
     poll_dropped,
@@ -38,6 +39,7 @@ from seq2seq.decode.step import (
     present,
     start,
     still_decoding,
+    top,
 )
 from seq2seq.model.transformer import Transformer
 
@@ -60,10 +62,14 @@ class Strategy(Protocol):
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         """Each sentence's output cap, adjusted (constrained search adds its terms' length)."""
 
+    def width(self, k: int) -> int:
+        """How many best columns of each row `candidates` reads (0: none), for a beam of k."""
+
     def candidates(
-        self, logits, norm, scores, at_cap: torch.Tensor, active: torch.Tensor
+        self, logits, norm, best: Top | None, scores, at_cap: torch.Tensor, active: torch.Tensor
     ) -> Candidates:
-        """The 2k preferred continuations of each active sentence's k open hypotheses."""
+        """The 2k preferred continuations of each active sentence's k open hypotheses (`best`:
+        each row's `width` best logits and columns, when asked for and not forced)."""
 
     def unmet(self, choice: torch.Tensor) -> torch.Tensor:
         """Per chosen candidate [n, k], which terms it lacks [n, k, C] (C may be 0)."""
@@ -102,14 +108,16 @@ def beam_loop(
     )
     never = present(scored, torch.tensor(special.never_generated, dtype=torch.long, device=device))
     open_ = _Open.start(limits, k, special.start)
+    width = strategy.width(k)
     finished: Finished | None = None
     for t in range(steps):
         n = open_.active.numel()
-        logits, norm = next_token_scores(model, open_.ids, cache, never, scored)
+        logits, norm, best = next_token_scores(model, open_.ids, cache, never, scored, width)
         if t == 0 and first is not None:  # every sentence is still active at the first step
-            logits, norm = forced(logits, positions(scored, first.to(device)).repeat_interleave(k))
+            firsts = positions(scored, first.to(device)).repeat_interleave(k)
+            (logits, norm), best = forced(logits, firsts), None
         at_cap = t + 1 >= open_.limits
-        cand = strategy.candidates(logits, norm, open_.scores, at_cap, open_.active)
+        cand = strategy.candidates(logits, norm, best, open_.scores, at_cap, open_.active)
         ends = cand.token == eos
 
         # Candidates ending within the first k join the finished ones; the best k stay.
@@ -290,11 +298,14 @@ class PlainBeam:
     def limits(self, limits: torch.Tensor, cap: int) -> torch.Tensor:
         return limits
 
-    def candidates(self, logits, norm, scores, at_cap, active) -> Candidates:
-        n, k = scores.shape
+    def width(self, k: int) -> int:
         # The best 2k of a sentence's k·V continuations are among each beam's own best 2k.
-        width = min(2 * k, logits.size(-1))
-        row_best, row_token = logits.topk(width, dim=-1)  # sorted, best first
+        return 2 * k
+
+    def candidates(self, logits, norm, best, scores, at_cap, active) -> Candidates:
+        n, k = scores.shape
+        row_best, row_token = best if best is not None else top(logits, 2 * k)  # best first
+        width = row_best.size(1)
         row_best = (row_best - norm.unsqueeze(1)).view(n, k, width)
         row_token = row_token.view(n, k, width)
         if self.rows is not None:

@@ -218,7 +218,10 @@ class ConstrainedBeam:
         self.marks = torch.zeros(rows, dtype=torch.long, device=device)  # sentence ends written
         return (limits + tokens).clamp(max=cap)
 
-    def candidates(self, logits, norm, scores, at_cap, active):
+    def width(self, k: int) -> int:
+        return 0  # it ranks every column of a row, after its own masks
+
+    def candidates(self, logits, norm, best, scores, at_cap, active):
         k = self.k
         spelled = self.spelled.rows(active, k)
         term_len, need = (x[active].repeat_interleave(k, dim=0) for x in (self.term_len, self.need))

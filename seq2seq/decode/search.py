@@ -199,12 +199,14 @@ def greedy(
     alive = torch.arange(n, device=device)  # sentences still decoding, by original index
     alive_limits = limits  # their output caps
     ids = torch.full((n,), special.start, dtype=torch.long, device=device)
+    width = 1 if choose is argmax else 0  # the best column comes with the normaliser
     for t in range(steps):
-        logits, norm = next_token_scores(model, ids, cache, never, rows)
+        logits, norm, best = next_token_scores(model, ids, cache, never, rows, width)
         if t == 0 and first is not None:
-            logits, norm = forced(logits, positions(rows, first.to(device)))
+            (logits, norm), best = forced(logits, positions(rows, first.to(device))), None
+        chosen = best[1][:, 0] if best is not None else choose(logits, alive, t)
         # A sentence at its length cap may only end.
-        column = torch.where(t + 1 >= alive_limits, eos_column, choose(logits, alive, t))
+        column = torch.where(t + 1 >= alive_limits, eos_column, chosen)
         next_ids = column if rows is None else rows[column]
         tokens[alive, t] = next_ids
         log_prob[alive] += logits.gather(1, column.unsqueeze(1)).squeeze(1) - norm

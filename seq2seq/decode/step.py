@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from seq2seq.data.tokenizer import DEFAULT_IDS, SpecialIds
+from seq2seq.model import compiled_step
 from seq2seq.model.transformer import DecoderCache, Transformer
 
 # Which sentences of a batch nobody waits for any more (a server's client went away): asked
@@ -17,6 +18,8 @@ from seq2seq.model.transformer import DecoderCache, Transformer
 # an empty hypothesis.
 Dropped = Callable[[], Sequence[bool]]
 POLL_STEPS = 8
+# A row's best logits [N, w] and their columns [N, w], best first.
+Top = tuple[torch.Tensor, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -60,22 +63,33 @@ def next_token_scores(
     cache: DecoderCache,
     never: torch.Tensor,
     rows: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of the next token (`never`, e.g. PAD and BOS, at -inf) and their log-normaliser,
-    per row.
+    width: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor, Top | None]:
+    """Logits of the next token (`never`, e.g. PAD and BOS, at -inf), their log-normaliser per
+    row, and with a `width` each row's `width` best logits and their columns, best first.
 
     log p(token) = logit − logsumexp(logits). Search only needs a handful of tokens per row,
     so it subtracts the normaliser from those instead of writing a full log-softmax. With a
     shortlist's sorted `rows`, column j is token rows[j] and the normaliser runs over the
-    shortlist only, as Marian's does (`never`: columns then, see `positions`).
+    shortlist only, as Marian's does (`never`: columns then, see `positions`). On the compiled
+    step the three come from one pass over each row (compiled_step.select), else from torch.
     """
     if rows is None:
         logits = model.decode_step(ids, cache).float()
     else:
         logits = model.decode_step(ids, cache, rows=rows).float()
+    if cache.compiled is not None and logits.is_contiguous() and not torch.is_grad_enabled():
+        norm, best, column = compiled_step.select(logits, never, width)
+        return logits, norm, (best, column) if width else None
     norm = torch.logsumexp(logits, dim=-1)  # the model's own distribution, over every token
     logits.index_fill_(1, never, -math.inf)  # padding, BOS, a start token: never outputs
-    return logits, norm
+    return logits, norm, top(logits, width) if width else None
+
+
+def top(logits: torch.Tensor, width: int) -> Top:
+    """Each row's `width` best logits (at most all of them) and their columns, best first."""
+    best, column = logits.topk(min(width, logits.size(-1)), dim=-1)
+    return best, column
 
 
 def positions(rows: torch.Tensor | None, ids: torch.Tensor) -> torch.Tensor:

@@ -36,6 +36,7 @@ STUB = SOURCE.parent / "stub"
 HEADERS = [
     SOURCE.parent / "int8_rows.h",
     SOURCE.parent / "step_attention.h",
+    SOURCE.parent / "step_select.h",
     STUB / "asmjit" / "core.h",
     STUB / "asmjit" / "x86.h",
 ]
@@ -229,6 +230,15 @@ def run(step: StepPlan, x: torch.Tensor, cache) -> torch.Tensor:
             f"model's float32 activations overflow or its weights are damaged (try --quantize none)"
         )
     return out
+
+
+def select(
+    logits: torch.Tensor, never: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per row of `logits` [N, V]: logsumexp over every column, then the `never` columns set to
+    -inf (in place), then the `width` best values and columns, best first (`csrc/step_select.h`;
+    only with the library loaded: a plan was made)."""
+    return torch.ops.seq2seq_step.select(logits, never, width)
 
 
 def main(folder: Path | None = None) -> int:

@@ -12,6 +12,7 @@
 
 #include "int8_rows.h"
 #include "step_attention.h"
+#include "step_select.h"
 
 #include <cmath>
 #include <functional>
@@ -235,6 +236,9 @@ TORCH_LIBRARY(seq2seq_step, m) {
   // mask [N, T] bool or empty (every key allowed).
   m.def("attention(Tensor q, Tensor k, Tensor v, Tensor mask, int heads) -> Tensor",
         &step_attention::attend);
+  // What search reads of a step's logits (step_select.h): (norm, best, column).
+  m.def("select(Tensor(a!) logits, Tensor never, int width) -> (Tensor, Tensor, Tensor)",
+        &step_select::select);
   m.def(
       "decoder_layers(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, Tensor[] cross_v, "
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
