@@ -122,6 +122,61 @@ def test_a_non_finite_input_to_a_compiled_int8_layer_is_the_python_steps_clear_e
             _decode(model, src, 1, monkeypatch, compiled=compiled)
 
 
+@built
+@pytest.mark.parametrize("per_row", [True, False])
+def test_a_non_finite_input_to_the_compiled_int8_output_layer_names_it(per_row, monkeypatch):
+    model = quantize_int8(tiny_model(tiny_shape(norm_first=True), seed=5).eval())
+    use_activation_scales(model, per_row=per_row)
+    with torch.no_grad():  # the final norm's output, the output layer's input, is infinite
+        model.decoder_norm.bias.fill_(float("inf"))
+    src = torch.randint(4, 40, (2, 6))
+    message = "int8 layer output: non-finite activation (inf/NaN) in its input"
+    for compiled in (False, True):
+        with pytest.raises(UserError, match=re.escape(message)):
+            _decode(model, src, 1, monkeypatch, compiled=compiled)
+
+
+def _as(kind: str, model):
+    """`model` decoding as `kind`: float32 on nn.Linear, oneDNN-packed, or int8."""
+    if kind == "packed":
+        assert pack_linears(model, rows_hint=8)
+    return quantize_int8(model) if kind == "int8" else model
+
+
+@built
+@pytest.mark.parametrize("kind", ["plain", "packed", "int8"])
+def test_the_compiled_step_ends_with_the_output_layer_and_its_final_bias(kind, monkeypatch):
+    model = tiny_model(tiny_shape(final_logits_bias=True), seed=9).eval()
+    with torch.no_grad():
+        model.final_logits_bias.uniform_(-2.0, 2.0)
+    model = _as(kind, model)
+    src = torch.randint(4, 40, (2, 6))
+    want, _ = _decode(model, src, 2, monkeypatch, compiled=False)
+    got, _ = _decode(model, src, 2, monkeypatch, compiled=True)
+    monkeypatch.setenv(compiled_step.SWITCH, "1")
+    assert compiled_step.plan(model).head is not None  # the step ended with the output layer
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=INT8_STEP if kind == "int8" else 2e-5)
+        assert torch.equal(g.argmax(-1), w.argmax(-1))
+
+
+@built
+@pytest.mark.parametrize("kind", ["plain", "packed", "int8"])
+def test_a_shortlisted_compiled_step_scores_only_the_shortlists_rows(kind, monkeypatch):
+    model = _as(kind, tiny_model(tiny_shape(final_logits_bias=True), seed=9).eval())
+    src, rows = torch.randint(4, 40, (2, 6)), torch.tensor([2, 5, 11, 30, 39])
+    found = {}
+    for compiled in (False, True):
+        monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+        with torch.inference_mode():
+            cache = model.start_decoding(model.encode(src, padding_mask(src)), padding_mask(src))
+            found[compiled] = model.decode_step(torch.full((2,), 1), cache, rows=rows)
+    assert found[True].shape == (2, 5)
+    torch.testing.assert_close(
+        found[True], found[False], rtol=0, atol=INT8_STEP if kind == "int8" else 2e-5
+    )
+
+
 def test_without_a_build_the_python_step_decodes_after_one_warning(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(compiled_step, "BUILD", tmp_path / "never-built")
     model = tiny_model(seed=3).eval()

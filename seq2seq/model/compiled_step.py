@@ -59,6 +59,7 @@ class StepPlan:
     activation: int
     eps: float
     int8: Int8Plan | None = None
+    head: Head | None = None  # the output layer, when the step can end with it
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,22 @@ class Int8Plan:
     row_zero: int
     reduce_range: bool
     names: list[str]
+    # The same with the output layer's pack (and name) last, for a step that ends with it.
+    packs_and_head: list
+    names_and_head: list[str]
+
+
+@dataclass(frozen=True)
+class Head:
+    """The output layer the step ends with (Transformer.logits, no shortlist): its kind (1
+    nn.Linear's weight, 2 oneDNN-packed; 0 int8, its fbgemm `pack`), weight and the model's
+    final_logits_bias (empty: none)."""
+
+    kind: int
+    weight: torch.Tensor
+    bias: torch.Tensor
+    pack: object = None
+    name: str = ""
 
 
 def stamp() -> str:
@@ -152,9 +169,27 @@ def plan(model: nn.Module) -> StepPlan | None:
         return None
     kind, cfg = kinds.pop(), model.cfg
     weights = _weights(linears, norms, len(layers))
-    int8 = _int8_plan(linears, kind) if kind.startswith("int8") else None
+    head = _head(model.output, kind, getattr(model, "final_logits_bias", None))
+    int8 = _int8_plan(linears, kind, head) if kind.startswith("int8") else None
     shape = (cfg.heads, cfg.norm_first, activation, *eps)
-    return StepPlan(weights, kind == "packed", *shape, int8=int8)
+    return StepPlan(weights, kind == "packed", *shape, int8=int8, head=head)
+
+
+def _head(output: nn.Module, kind: str, bias: torch.Tensor | None) -> Head | None:
+    """The output layer as the step computes it, or None (the Python `logits` then runs)."""
+    bias = NO_WEIGHT if bias is None else bias
+    if bias.dtype != torch.float32:
+        return None
+    name = type(output).__name__
+    if type(output) is nn.Linear and output.bias is None:
+        return Head(1, output.weight, bias)
+    if name == "PackedLinear" and getattr(output, "bias", None) is None:
+        return Head(2, output.packed, bias)
+    pack, per_row = getattr(output, "_packed", None), getattr(output, "per_row", None)
+    if name == "Int8Output" and isinstance(pack, torch.ScriptObject) and kind.startswith("int8"):
+        if per_row == (kind == "int8-row"):  # the layers' activation scales
+            return Head(0, NO_WEIGHT, bias, pack, output.name)
+    return None
 
 
 def _weights(linears: list[tuple], norms: list[tuple], layers: int) -> list[torch.Tensor]:
@@ -170,14 +205,16 @@ def _weights(linears: list[tuple], norms: list[tuple], layers: int) -> list[torc
     return weights
 
 
-def _int8_plan(linears: list[tuple], kind: str) -> Int8Plan:
+def _int8_plan(linears: list[tuple], kind: str, head: Head | None) -> Int8Plan:
     # int8.py's row_qparams: fbgemm's uint8 range for inputs spanning [-1, 1], 7 bits without
     # AVX-512 VNNI (the compiled-step tests hold the two to the same products).
     probe = getattr(torch.cpu, "_is_vnni_supported", None)
     reduce_range = not (probe and probe())
     qmax = 127 if reduce_range else 255
     packs, names = [p for *_, p, _ in linears], [n for *_, n in linears]
-    return Int8Plan(packs, kind == "int8-row", 2.0 / qmax, round(qmax / 2), reduce_range, names)
+    last = ([head.pack], [head.name]) if head is not None else ([], [])
+    qparams = (kind == "int8-row", 2.0 / qmax, round(qmax / 2), reduce_range)
+    return Int8Plan(packs, *qparams, names, packs + last[0], names + last[1])
 
 
 def _linears(layer: nn.Module) -> list[nn.Module]:
@@ -214,19 +251,27 @@ def _norm(m: nn.Module) -> tuple:
     return (m.eps, m.weight, m.bias)
 
 
-def run(step: StepPlan, x: torch.Tensor, cache) -> torch.Tensor:
-    """The layers and the final norm for one new position `x` [N, 1, d] at `cache.length`."""
+def run(step: StepPlan, x: torch.Tensor, cache, logits: bool = False) -> torch.Tensor:
+    """The layers and the final norm for one new position `x` [N, 1, d] at `cache.length`,
+    then with `logits` (and a `step.head`) the output layer: logits [N, 1, V]."""
     state = (x, cache.kv, cache.rows, cache.length, cache.cross_k, cache.cross_v, cache.query_mask)
     origin = NO_ORIGIN if cache.origin is None else cache.origin
     shape = (step.heads, step.norm_first, step.activation, step.eps, origin)
+    head = step.head if logits else None
     if step.int8 is None:
-        return torch.ops.seq2seq_step.decoder_layers(*state, step.weights, step.packed, *shape)
+        out = (0, NO_WEIGHT, NO_WEIGHT) if head is None else (head.kind, head.weight, head.bias)
+        layers = (step.weights, step.packed, *shape, *out)
+        return torch.ops.seq2seq_step.decoder_layers(*state, *layers)
     q = step.int8
-    quantized = (q.packs, q.per_row, q.row_scale, q.row_zero, q.reduce_range)
-    out, bad = torch.ops.seq2seq_step.decoder_layers_int8(*state, step.weights, *quantized, *shape)
+    packs, names = (q.packs, q.names) if head is None else (q.packs_and_head, q.names_and_head)
+    quantized = (packs, q.per_row, q.row_scale, q.row_zero, q.reduce_range)
+    bias = NO_WEIGHT if head is None else head.bias
+    out, bad = torch.ops.seq2seq_step.decoder_layers_int8(
+        *state, step.weights, *quantized, *shape, bias
+    )
     if bad >= 0:  # int8.py's _check_finite, word for word
         raise UserError(
-            f"int8 layer {q.names[bad]}: non-finite activation (inf/NaN) in its input; the "
+            f"int8 layer {names[bad]}: non-finite activation (inf/NaN) in its input; the "
             f"model's float32 activations overflow or its weights are damaged (try --quantize none)"
         )
     return out

@@ -541,9 +541,8 @@ class Transformer(nn.Module):
         """Pre-softmax scores over the target vocabulary, or over its `rows` only (sorted ids)."""
         if rows is not None:
             return self._row_logits(states, rows)
-        if self.final_logits_bias is None:
-            return self.output(states)
-        return self.output(states) + self.final_logits_bias
+        out = self.output(states)
+        return out if self.final_logits_bias is None else out + self.final_logits_bias
 
     def _row_logits(self, states: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
         forward_rows = getattr(self.output, "forward_rows", None)
@@ -602,18 +601,19 @@ class Transformer(nn.Module):
         """
         cache.settle()
         x = self.embed(self.tgt_embed, ids.unsqueeze(1), offset=cache.length)
+        plan = None if torch.is_grad_enabled() else cache.compiled
         # Under autocast the Python step: the compiled one calls the operators as they are,
         # without autocast's casts (bf16 keys beside a float32 query).
-        compiled = cache.compiled is not None and not torch.is_grad_enabled()
-        if compiled and not torch.is_autocast_enabled("cpu"):
-            states = compiled_step.run(cache.compiled, x, cache)  # the same operators, in C++
-        else:
+        if plan is None or torch.is_autocast_enabled("cpu"):
             cache.gather_rows()
             for i, layer in enumerate(self.decoder_layers):
                 x = layer.step(x, cache, i)
-            states = self.decoder_norm(x)
+            out, ended = self.decoder_norm(x), False
+        else:  # the same operators in C++, and the output layer where it can (no shortlist)
+            ended = rows is None and plan.head is not None
+            out = compiled_step.run(plan, x, cache, logits=ended)
         cache.length += 1
-        return (self.logits(states) if rows is None else self.logits(states, rows)).squeeze(1)
+        return (out if ended else self.logits(out, rows)).squeeze(1)
 
     def output_layer(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The pre-softmax projection's weight [V, d_model] and fixed bias (or None), for a loss

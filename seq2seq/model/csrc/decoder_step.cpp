@@ -36,15 +36,21 @@ struct Shape {
 // A layer's k-th linear (0 qkv, 1 self out, 2 cross q, 3 cross out, 4 up, 5 down) of layer i.
 using Linear = std::function<at::Tensor(const at::Tensor&, int64_t slot)>;
 
-at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Shape& s) {
-  if (!s.packed) {
-    return at::linear(x, w, b);
+// Whether an optional tensor argument was given (Python passes an empty tensor for none).
+bool given(const at::Tensor& t) { return t.defined() && t.numel() > 0; }
+
+// x · Wᵀ + b on nn.Linear's weight or oneDNN's packed one; an empty `b` is no bias.
+at::Tensor linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, bool packed) {
+  const std::optional<at::Tensor> bias = given(b) ? std::optional<at::Tensor>(b) : std::nullopt;
+  if (!packed) {
+    return at::linear(x, w, bias);
   }
   // PackedLinear.forward's call, through the dispatcher as torch.ops makes it.
   static auto op = c10::Dispatcher::singleton()
                        .findSchemaOrThrow("mkldnn::_linear_pointwise", "")
                        .typed<LinearPointwise>();
-  return op.call(x, w, b, "none", c10::List<std::optional<at::Scalar>>(), c10::string_view(""));
+  return op.call(x, w, bias, "none", c10::List<std::optional<at::Scalar>>(),
+                 c10::string_view(""));
 }
 
 at::Tensor norm(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Shape& s) {
@@ -138,17 +144,28 @@ int64_t weight_index(int64_t slot) {
   return kPerLayer * (slot / 6) + at_[slot % 6];
 }
 
+// The output layer's kinds (`out_kind`): none (the states are returned), nn.Linear's weight,
+// oneDNN's packed one.
+enum OutKind : int64_t { kNoOutput = 0, kPlainOutput = 1, kPackedOutput = 2 };
+
 at::Tensor decoder_layers(
     const at::Tensor& x, const at::Tensor& kv, int64_t rows, int64_t t,
     at::TensorList cross_k, at::TensorList cross_v, const at::Tensor& mask,
     at::TensorList weights, bool packed, int64_t heads, bool norm_first, int64_t activation,
-    double eps, const at::Tensor& origin) {
+    double eps, const at::Tensor& origin, int64_t out_kind, const at::Tensor& out_w,
+    const at::Tensor& out_b) {
   const Shape s{heads, norm_first, activation, eps, packed};
   Linear lin = [&](const at::Tensor& h, int64_t slot) {
     const int64_t k = weight_index(slot);
-    return linear(h, weights[k], weights[k + 1], s);
+    return linear(h, weights[k], weights[k + 1], s.packed);
   };
-  return layer_loop(x, kv, rows, t, cross_k, cross_v, mask, weights, s, lin, origin);
+  auto states = layer_loop(x, kv, rows, t, cross_k, cross_v, mask, weights, s, lin, origin);
+  if (out_kind == kNoOutput) {
+    return states;
+  }
+  // Transformer.logits: the projection, then final_logits_bias added (empty: none).
+  auto logits = linear(states, out_w, at::Tensor(), out_kind == kPackedOutput);
+  return given(out_b) ? logits.add_(out_b) : logits;
 }
 
 // The int8 step (model/int8.py's _packed_product on fbgemm's packed rows): each input row scaled
@@ -191,19 +208,23 @@ at::Tensor int8_linear(
     }
     torch::jit::Stack stack{x, pack, reduce_range};
     batch_op.callBoxed(&stack);
-    return stack[0].toTensor().add_(bias);
+    return given(bias) ? stack[0].toTensor().add_(bias) : stack[0].toTensor();
   }
   auto scale = x.abs().amax({-1}, true);
   finite(scale);
   scale.clamp_min_(1e-30);
   torch::jit::Stack stack{at::div(x, scale), row_scale, row_zero, pack};
   row_op.callBoxed(&stack);
-  return at::addcmul(bias, stack[0].toTensor(), scale);
+  auto product = stack[0].toTensor();
+  return given(bias) ? at::addcmul(bias, product, scale) : product.mul_(scale);
 }
 
 // decoder_layers_int8's boxed kernel: the packed rows are TorchScript objects, passed through.
+// A pack past the layers' 6 each is the output layer's (Int8Output: no bias; `out_b`, the
+// model's final_logits_bias, added after, empty when none); without one the states return.
 void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
-  auto args = torch::jit::last(*stack, 18);
+  constexpr size_t kArgs = 19;
+  auto args = torch::jit::last(*stack, kArgs);
   auto x = args[0].toTensor(), kv = args[1].toTensor(), mask = args[6].toTensor();
   auto cross_k = args[4].toTensorVector(), cross_v = args[5].toTensorVector();
   auto weights = args[7].toTensorVector();
@@ -216,16 +237,23 @@ void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
     const at::Tensor& bias = weights[weight_index(slot) + 1];
     return int8_linear(h, packs.get(slot), bias, slot, per_row, row_scale, row_zero, reduce_range);
   };
+  const int64_t output = 6 * static_cast<int64_t>(cross_k.size());
+  const at::Tensor out_b = args[18].toTensor();
   at::Tensor out;
   int64_t bad = -1;
   try {
     out = layer_loop(x, kv, args[2].toInt(), args[3].toInt(), cross_k, cross_v, mask, weights, s,
                      lin, args[17].toTensor());
+    if (static_cast<int64_t>(packs.size()) > output) {
+      out = int8_linear(out, packs.get(output), at::Tensor(), output, per_row, row_scale, row_zero,
+                        reduce_range);
+      out = given(out_b) ? out.add_(out_b) : out;
+    }
   } catch (const NonFinite& e) {
     out = x;
     bad = e.slot;
   }
-  torch::jit::drop(*stack, 18);
+  torch::jit::drop(*stack, kArgs);
   torch::jit::push(*stack, out, bad);
 }
 
@@ -242,13 +270,13 @@ TORCH_LIBRARY(seq2seq_step, m) {
   m.def(
       "decoder_layers(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, Tensor[] cross_v, "
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
-      "float eps, Tensor origin) -> Tensor",
+      "float eps, Tensor origin, int out_kind, Tensor out_w, Tensor out_b) -> Tensor",
       &decoder_layers);
   m.def(
       "decoder_layers_int8(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, "
       "Tensor[] cross_v, Tensor mask, Tensor[] weights, "
       "__torch__.torch.classes.quantized.LinearPackedParamsBase[] packs, bool per_row, "
       "float row_scale, int row_zero, bool reduce_range, int heads, bool norm_first, "
-      "int activation, float eps, Tensor origin) -> (Tensor, int)",
+      "int activation, float eps, Tensor origin, Tensor out_b) -> (Tensor, int)",
       torch::CppFunction::makeFromBoxedFunction<&decoder_layers_int8>());
 }

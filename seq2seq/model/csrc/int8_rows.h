@@ -166,8 +166,8 @@ inline PackedLinearWeight* fbgemm_pack(const c10::IValue& pack) {
   return w != nullptr && w->q_scheme == c10::kPerChannelAffine ? w : nullptr;
 }
 
-// x · Wᵀ + bias with one activation scale per row of x, fused; false when x holds a
-// non-finite value (nothing is computed then).
+// x · Wᵀ + bias (an undefined or empty bias: none) with one activation scale per row of x,
+// fused; false when x holds a non-finite value (nothing is computed then).
 inline bool linear(
     const at::Tensor& x, PackedLinearWeight& w, const at::Tensor& bias, float q_scale,
     int32_t q_zero, at::Tensor& result) {
@@ -188,6 +188,13 @@ inline bool linear(
     return true;
   }
   gemm(q.get(), rows, k, w, q_scale, q_zero, out);
+  if (!bias.defined() || bias.numel() == 0) {  // int8.py's product.mul_(scale): no bias
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = out + r * n;
+      for (int64_t j = 0; j < n; ++j) row[j] *= scale[r];
+    }
+    return true;
+  }
   auto b = bias.expect_contiguous();
   scale_and_bias(out, rows, n, scale.data(), b->const_data_ptr<float>());
   return true;
