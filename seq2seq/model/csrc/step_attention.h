@@ -115,18 +115,44 @@ static void attend_row(const float* q, Keys k, Keys v, const bool* mask, int64_t
     for (int64_t i = 0; i < dd; ++i) out[i] = 0.0f;
     return;
   }
+  // kLanes partial sums: one running sum kept the exps scalar (a float sum is not reordered).
+  float sums[kLanes] = {0};
+  int64_t u = 0;
+  for (; u + kLanes <= T; u += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      const float e = w[u + j] == -INFINITY ? 0.0f : exp_nonpositive(w[u + j] - top);
+      w[u + j] = e;
+      sums[j] += e;
+    }
+  }
   float total = 0.0f;
-  for (int64_t u = 0; u < T; ++u) {
+  for (int j = 0; j < kLanes; ++j) total += sums[j];
+  for (; u < T; ++u) {
     const float e = w[u] == -INFINITY ? 0.0f : exp_nonpositive(w[u] - top);
     w[u] = e;
     total += e;
   }
   const float inv = 1.0f / total;
   if constexpr (D > 0) {
+    // Four values at a time, each element's sum still in key order: one at a time, the
+    // compiler unrolled the key loop into a scalar one.
     float o[D] = {0};
-    for (int64_t u = 0; u < T; ++u) {
-      const float e = w[u];
-      const float* vt = v.at(u);
+    int64_t t = 0;
+    for (; t + 4 <= T; t += 4) {
+      const float e0 = w[t], e1 = w[t + 1], e2 = w[t + 2], e3 = w[t + 3];
+      const float *v0 = v.at(t), *v1 = v.at(t + 1), *v2 = v.at(t + 2), *v3 = v.at(t + 3);
+      for (int i = 0; i < D; ++i) {
+        float acc = o[i];
+        acc += e0 * v0[i];
+        acc += e1 * v1[i];
+        acc += e2 * v2[i];
+        acc += e3 * v3[i];
+        o[i] = acc;
+      }
+    }
+    for (; t < T; ++t) {
+      const float e = w[t];
+      const float* vt = v.at(t);
       for (int i = 0; i < D; ++i) o[i] += e * vt[i];
     }
     for (int i = 0; i < D; ++i) out[i] = o[i] * inv;
