@@ -10,8 +10,9 @@
 #include <vector>
 
 // The loops' multiply-adds as FMAs here only (int8_rows.h, in the same unit, rounds as fbgemm does).
+// No unroll-and-jam: it fused two key steps of the value loop into one scalar loop over d_head.
 #pragma GCC push_options
-#pragma GCC optimize("fp-contract=fast")
+#pragma GCC optimize("fp-contract=fast", "no-loop-unroll-and-jam")
 
 namespace step_attention {
 
