@@ -15,7 +15,13 @@ from seq2seq.data.batching import padding_mask
 from seq2seq.decode.search import decode
 from seq2seq.errors import UserError
 from seq2seq.model import compiled_step
-from seq2seq.model.int8 import use_activation_scales
+from seq2seq.model.int8 import (
+    REDUCE_RANGE,
+    ROW_QPARAMS,
+    int8_linear,
+    quantize_rows,
+    use_activation_scales,
+)
 from seq2seq.model.packed import pack_linears
 from seq2seq.model.quantize import quantize_int8
 from tests.factories import tiny_model, tiny_shape
@@ -374,3 +380,27 @@ def test_search_on_the_compiled_step_finds_the_python_steps_hypotheses(beam, mon
         assert [h.tokens for h in got] == [h.tokens for h in want]
         for g, w in zip(got, want):
             assert g.log_prob == pytest.approx(w.log_prob, abs=1e-4)
+
+
+@built
+@pytest.mark.parametrize("per_row", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_an_int8_linear_outside_the_step_gives_the_aten_paths_product_bit_for_bit(
+    per_row, bias, monkeypatch
+):
+    linear = torch.nn.Linear(36, 20, bias=bias)  # 36: the fused loops' scalar tails too
+    layer = int8_linear(quantize_rows(linear.weight), linear.bias)
+    layer.per_row, layer.name = per_row, "encoder_layers.0.ffn.up"
+    x = torch.randn(3, 5, 36) * 4
+    found = {}
+    for compiled in (False, True):
+        monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+        with torch.inference_mode():
+            found[compiled] = layer(x)
+    assert torch.equal(found[True], found[False])
+    args = (layer._packed, layer.bias, per_row, ROW_QPARAMS, REDUCE_RANGE)
+    assert compiled_step.int8_product(x, *args) is not None  # the fused loops served
+    x[1, 2, 3] = float("nan")
+    message = "int8 layer encoder_layers.0.ffn.up: non-finite activation (inf/NaN) in its input"
+    with pytest.raises(UserError, match=re.escape(message)), torch.inference_mode():
+        layer(x)

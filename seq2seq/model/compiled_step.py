@@ -286,6 +286,18 @@ def select(
     return torch.ops.seq2seq_step.select(logits, never, width)
 
 
+def int8_product(
+    x: torch.Tensor, pack, bias: torch.Tensor | None, per_row: bool, qparams: tuple, reduce: bool
+) -> tuple[torch.Tensor, bool] | None:
+    """int8.py's product of `x` with an fbgemm `pack` (+ `bias`; its row (scale, zero) and
+    reduce_range) in the library's fused loops (`csrc/int8_rows.h`, bit-identical): (product,
+    whether `x` was finite), or None where the library is not loaded or switched off."""
+    if os.environ.get(SWITCH, "1") == "0" or library(BUILD) is not None or x.requires_grad:
+        return None
+    bias = NO_WEIGHT if bias is None else bias
+    return torch.ops.seq2seq_step.int8_product(x, pack, bias, per_row, *qparams, reduce)
+
+
 def main(folder: Path | None = None) -> int:
     """Build the step; without a compiler, say so once and succeed (the Python step runs)."""
     try:

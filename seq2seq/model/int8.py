@@ -61,6 +61,7 @@ from torch.ao.quantization import PerChannelMinMaxObserver
 from torch.overrides import TorchFunctionMode
 
 from seq2seq.errors import UserError
+from seq2seq.model import compiled_step
 from seq2seq.model.transformer import Transformer
 
 ROWS, SCALE = "weight_int8", "weight_scale"  # an int8 matrix's tensors in a state dict
@@ -264,7 +265,13 @@ def _packed_product(
     other rows (a row alone, its largest value positive, spans [min, 1]; beside rows whose
     largest is negative, [-1, 1]), and so did the int8 values of a row and the translation of a
     line alone and in a batch. With the range fixed, fbgemm's integer product and its float
-    epilogue are per row: a row's output is bitwise the same in any batch."""
+    epilogue are per row: a row's output is bitwise the same in any batch. With the compiled
+    step built, the same arithmetic runs in its fused loops (compiled_step.int8_product)."""
+    fused = compiled_step.int8_product(x, packed, bias, per_row, ROW_QPARAMS, REDUCE_RANGE)
+    if fused is not None:
+        if not fused[1]:
+            raise _non_finite(name)
+        return fused[0]
     if not per_row:
         _check_finite(x.abs(), name)
         product = torch.ops.quantized.linear_dynamic(x, packed, reduce_range=REDUCE_RANGE)
@@ -282,10 +289,14 @@ def _packed_product(
 def _check_finite(magnitudes: torch.Tensor, name: str) -> None:
     # One value read back: max() carries a NaN or an inf through.
     if magnitudes.numel() and not math.isfinite(magnitudes.max().item()):
-        raise UserError(
-            f"int8 layer {name}: non-finite activation (inf/NaN) in its input; the model's "
-            f"float32 activations overflow or its weights are damaged (try --quantize none)"
-        )
+        raise _non_finite(name)
+
+
+def _non_finite(name: str) -> UserError:
+    return UserError(
+        f"int8 layer {name}: non-finite activation (inf/NaN) in its input; the model's "
+        f"float32 activations overflow or its weights are damaged (try --quantize none)"
+    )
 
 
 def name_layers(model: nn.Module) -> None:

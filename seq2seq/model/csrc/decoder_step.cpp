@@ -257,6 +257,25 @@ void decoder_layers_int8(const c10::OperatorHandle&, torch::jit::Stack* stack) {
   torch::jit::push(*stack, out, bad);
 }
 
+// int8.py's _packed_product for a linear outside the step (the encoder's, the cross keys'):
+// (x · Wᵀ + bias, whether x was finite).
+void int8_product(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  constexpr size_t kArgs = 7;
+  auto args = torch::jit::last(*stack, kArgs);
+  auto x = args[0].toTensor();
+  at::Tensor out;
+  bool finite = true;
+  try {
+    out = int8_linear(x, args[1], args[2].toTensor(), 0, args[3].toBool(), args[4].toDouble(),
+                      args[5].toInt(), args[6].toBool());
+  } catch (const NonFinite&) {
+    out = x;
+    finite = false;
+  }
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, out, finite);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(seq2seq_step, m) {
@@ -272,6 +291,11 @@ TORCH_LIBRARY(seq2seq_step, m) {
       "Tensor mask, Tensor[] weights, bool packed, int heads, bool norm_first, int activation, "
       "float eps, Tensor origin, int out_kind, Tensor out_w, Tensor out_b) -> Tensor",
       &decoder_layers);
+  m.def(
+      "int8_product(Tensor x, __torch__.torch.classes.quantized.LinearPackedParamsBase pack, "
+      "Tensor bias, bool per_row, float row_scale, int row_zero, bool reduce_range) "
+      "-> (Tensor, bool)",
+      torch::CppFunction::makeFromBoxedFunction<&int8_product>());
   m.def(
       "decoder_layers_int8(Tensor x, Tensor kv, int rows, int t, Tensor[] cross_k, "
       "Tensor[] cross_v, Tensor mask, Tensor[] weights, "
