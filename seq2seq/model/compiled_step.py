@@ -1,13 +1,15 @@
 """The decoder step's layer loop compiled: one C++ call over the ATen operators the Python step
 calls, in its order and on its shapes (`csrc/decoder_step.cpp`), but for attention, which is its
 own loop (`csrc/step_attention.h`, faster than SDPA for one query): outputs are the Python step's
-to float32 rounding, and the Python and module calls between operators go.
+to float32 rounding, and the Python and module calls between operators go. Without a shortlist
+the call ends with the output layer; `select` gives search what it reads of the logits in one
+pass (`csrc/step_select.h`), and `int8_product` an int8 linear outside the step (`int8_rows.h`).
 
 `make install` builds it (`python -m seq2seq.model.compiled_step`, through
 `torch.utils.cpp_extension`) into `_build/` beside this file; nothing compiles at run time. Without
 a build (no compiler, another torch, a changed source) the Python step runs, after one warning.
-Only for inference on CPU with plain or oneDNN-packed float32 linears (`packed.py`); int8 models,
-training and autograd take the Python step.
+Only for inference on CPU with plain or oneDNN-packed float32 linears (`packed.py`) or int8 ones
+(`int8.py`, fbgemm); training and autograd take the Python step.
 """
 
 from __future__ import annotations
