@@ -385,18 +385,23 @@ def test_search_on_the_compiled_step_finds_the_python_steps_hypotheses(beam, mon
 @built
 @pytest.mark.parametrize("per_row", [True, False])
 @pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("rows", [15, 4000])  # 4,000: the row passes split across threads
 def test_an_int8_linear_outside_the_step_gives_the_aten_paths_product_bit_for_bit(
-    per_row, bias, monkeypatch
+    per_row, bias, rows, monkeypatch
 ):
     linear = torch.nn.Linear(36, 20, bias=bias)  # 36: the fused loops' scalar tails too
     layer = int8_linear(quantize_rows(linear.weight), linear.bias)
     layer.per_row, layer.name = per_row, "encoder_layers.0.ffn.up"
-    x = torch.randn(3, 5, 36) * 4
-    found = {}
-    for compiled in (False, True):
-        monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
-        with torch.inference_mode():
-            found[compiled] = layer(x)
+    x = torch.randn(rows // 5, 5, 36) * 4
+    found, threads = {}, torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for compiled in (False, True):
+            monkeypatch.setenv(compiled_step.SWITCH, "1" if compiled else "0")
+            with torch.inference_mode():
+                found[compiled] = layer(x)
+    finally:
+        torch.set_num_threads(threads)
     assert torch.equal(found[True], found[False])
     args = (layer._packed, layer.bias, per_row, ROW_QPARAMS, REDUCE_RANGE)
     assert compiled_step.int8_product(x, *args) is not None  # the fused loops served

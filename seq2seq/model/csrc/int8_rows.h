@@ -21,6 +21,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -30,6 +31,7 @@
 namespace int8_rows {
 
 constexpr float kTiny = 1e-30f;  // int8.py's TINY: an all-zero row's scale
+constexpr int64_t kGrain = 32768;  // values a thread takes at least in a pass over rows
 // fbgemm's clip before float -> int32 (the largest int32 below INT32_MAX a float holds).
 constexpr float kIntMax = 2147483520.0f;
 
@@ -174,12 +176,25 @@ inline bool linear(
   auto input = x.expect_contiguous();
   const int64_t k = x.size(-1), rows = k ? x.numel() / k : 0;
   const int64_t n = w.w->numCols();
+  const float* in = input->const_data_ptr<float>();
+  // The passes over rows split across threads as torch's elementwise ops would (each row's
+  // arithmetic is its own: the results do not depend on the split).
+  const int64_t grain_in = std::max<int64_t>(1, kGrain / std::max<int64_t>(k, 1));
+  const int64_t grain_out = std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1));
   std::vector<float> scale(rows);
-  if (!row_scales(input->const_data_ptr<float>(), rows, k, scale.data())) {
+  std::atomic<bool> finite{true};
+  std::unique_ptr<uint8_t[]> q(new uint8_t[rows * k]);
+  at::parallel_for(0, rows, grain_in, [&](int64_t begin, int64_t end) {
+    if (!row_scales(in + begin * k, end - begin, k, scale.data() + begin)) {
+      finite = false;
+      return;
+    }
+    quantize_rows(in + begin * k, end - begin, k, scale.data() + begin, q_scale, q_zero,
+                  q.get() + begin * k);
+  });
+  if (!finite) {
     return false;
   }
-  std::unique_ptr<uint8_t[]> q(new uint8_t[rows * k]);
-  quantize_rows(input->const_data_ptr<float>(), rows, k, scale.data(), q_scale, q_zero, q.get());
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = n;
   result = at::empty(sizes, x.options());
@@ -188,15 +203,19 @@ inline bool linear(
     return true;
   }
   gemm(q.get(), rows, k, w, q_scale, q_zero, out);
-  if (!bias.defined() || bias.numel() == 0) {  // int8.py's product.mul_(scale): no bias
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = out + r * n;
-      for (int64_t j = 0; j < n; ++j) row[j] *= scale[r];
+  const bool no_bias = !bias.defined() || bias.numel() == 0;  // int8.py's product.mul_(scale)
+  auto b = no_bias ? c10::MaybeOwned<at::Tensor>::borrowed(bias) : bias.expect_contiguous();
+  at::parallel_for(0, rows, grain_out, [&](int64_t begin, int64_t end) {
+    if (no_bias) {
+      for (int64_t r = begin; r < end; ++r) {
+        float* row = out + r * n;
+        for (int64_t j = 0; j < n; ++j) row[j] *= scale[r];
+      }
+    } else {
+      scale_and_bias(out + begin * n, end - begin, n, scale.data() + begin,
+                     b->const_data_ptr<float>());
     }
-    return true;
-  }
-  auto b = bias.expect_contiguous();
-  scale_and_bias(out, rows, n, scale.data(), b->const_data_ptr<float>());
+  });
   return true;
 }
 
