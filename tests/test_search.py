@@ -20,7 +20,7 @@ from seq2seq.decode.search import (
     greedy,
     length_penalty,
 )
-from seq2seq.decode.step import POLL_STEPS, Settings
+from seq2seq.decode.step import POLL_STEPS, Settings, top
 from seq2seq.model.transformer import Transformer
 
 NEVER_GENERATED = list(DEFAULT_IDS.never_generated)  # padding and BOS, with the default ids
@@ -279,3 +279,9 @@ def test_dropped_sentences_stop_within_a_poll_and_the_others_decode_as_before(be
     monkeypatch.setattr(model, "decode_step", lambda *a: steps.append(1) or step(*a))
     decode(model, src, options, dropped=lambda: [True, True, True])
     assert len(steps) == POLL_STEPS  # not the 40 the caps allow
+
+
+def test_greedy_on_torchs_path_takes_the_first_of_equal_best_logits():
+    logits = torch.tensor([[0.0, 2.0, 2.0, 1.0], [3.0, 3.0, 3.0, 3.0]])
+    best, column = top(logits, 1)
+    assert column.squeeze(1).tolist() == [1, 0] and best.squeeze(1).tolist() == [2.0, 3.0]

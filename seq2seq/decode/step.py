@@ -88,6 +88,9 @@ def next_token_scores(
 
 def top(logits: torch.Tensor, width: int) -> Top:
     """Each row's `width` best logits (at most all of them) and their columns, best first."""
+    if width == 1:  # argmax, as greedy search always chose (of equal logits, the first)
+        column = logits.argmax(dim=-1, keepdim=True)
+        return logits.gather(1, column), column
     best, column = logits.topk(min(width, logits.size(-1)), dim=-1)
     return best, column
 
