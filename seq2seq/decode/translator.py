@@ -28,7 +28,7 @@ from seq2seq.decode.term_lexicon import TermLexicon, lexicon_of
 from seq2seq.errors import UserError
 from seq2seq.model.transformer import Transformer
 from seq2seq.run.rundir import load_for_decoding
-from seq2seq.runtime import autocast_dtype
+from seq2seq.runtime import autocast_dtype, keep_freed_memory
 
 log = logging.getLogger(__name__)
 
@@ -390,4 +390,6 @@ def load_translator(
     )
     if src_lang or tgt_lang:  # a many-language model's direction
         translator.src_lang, translator.tgt_lang = translator.languages(src_lang, tgt_lang)
+    if dev.type == "cpu":  # after loading, whose freed float32 weights went back to the system
+        keep_freed_memory()
     return translator, run.checkpoint
