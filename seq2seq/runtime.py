@@ -61,7 +61,8 @@ def keep_freed_memory() -> bool:
     when freed, so a decoder's per-batch buffers, the self-attention cache alone tens of MB at
     beam 4, fault in and zero every page again each batch: 6% of int8 beam-4 time on one core.
     A caching allocator (CTranslate2's, Marian's arena) reuses them; this makes glibc do so. The
-    heap stays as large as its busiest batch; `malloc_trim` still hands free pages back.
+    heap stays as large as its busiest batches (enfr-small int8, beam 4: peak 171 → 212 MB);
+    `malloc_trim` still hands free pages back.
     """
     try:
         libc = ctypes.CDLL("libc.so.6")
