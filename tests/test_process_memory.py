@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 
@@ -29,8 +30,9 @@ def refill_faults(mode: str) -> int:
     return int(done.stdout.split()[-1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt: Linux only")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_a_freed_buffer_is_filled_again_without_faulting_its_pages_in():
-    # 64 MB is 16,384 pages: glibc's default maps the block afresh and every page faults again
-    assert refill_faults("default") > 10_000
-    assert refill_faults("keep") < 100
+    kept = refill_faults("keep")
+    assert kept < 100
+    # glibc's default maps the 64 MB afresh: 16,384 pages fault again (fewer with huge pages)
+    assert refill_faults("default") > kept
