@@ -128,6 +128,9 @@ inline void gemm(
     int32_t q_zero, float* out) {
   const int64_t n = w.w->numCols();
   std::unique_ptr<int32_t[]> acc(new int32_t[rows * n]);
+  // Symmetric weights (int8.py's, zero points all 0) subtract nothing per row: without the row
+  // offsets fbgemm's epilogue takes its B-symmetric path, the same integers with no multiply.
+  const bool symmetric = std::all_of(w.w_zp.begin(), w.w_zp.end(), [](int32_t z) { return z == 0; });
   const int tasks = at::get_num_threads();
   at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     fbgemm::PackAWithRowOffset<uint8_t> pack_a(
@@ -136,7 +139,7 @@ inline void gemm(
     for (int64_t task = begin; task < end; ++task) {
       fbgemm::ReQuantizeForFloat<false, fbgemm::QuantizationGranularity::OUT_CHANNEL> epilogue(
           nothing, q_scale, w.w_scale.data(), q_zero, w.w_zp.data(),
-          pack_a.getRowOffsetBuffer(), w.col_offsets.data(), nullptr, n);
+          symmetric ? nullptr : pack_a.getRowOffsetBuffer(), w.col_offsets.data(), nullptr, n);
       fbgemm::fbgemmPacked(pack_a, *w.w, out, acc.get(), n, epilogue, task, tasks);
     }
   });
