@@ -130,7 +130,8 @@ inline void gemm(
   std::unique_ptr<int32_t[]> acc(new int32_t[rows * n]);
   // Symmetric weights (int8.py's, zero points all 0) subtract nothing per row: without the row
   // offsets fbgemm's epilogue takes its B-symmetric path, the same integers with no multiply.
-  const bool symmetric = std::all_of(w.w_zp.begin(), w.w_zp.end(), [](int32_t z) { return z == 0; });
+  const bool symmetric =
+      std::all_of(w.w_zp.begin(), w.w_zp.end(), [](int32_t z) { return z == 0; });
   const int tasks = at::get_num_threads();
   at::parallel_for(0, tasks, 1, [&](int64_t begin, int64_t end) {
     fbgemm::PackAWithRowOffset<uint8_t> pack_a(
