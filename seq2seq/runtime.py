@@ -60,8 +60,9 @@ def keep_freed_memory() -> bool:
     By default glibc maps each large block afresh (and a block over 32 MB always) and unmaps it
     when freed, so a decoder's per-batch buffers, the self-attention cache alone tens of MB at
     beam 4, fault in and zero every page again each batch: 6% of int8 beam-4 time on one core.
-    A caching allocator (CTranslate2's, Marian's arena) reuses them; this makes glibc do so. The
-    heap stays as large as its busiest batches (enfr-small int8, beam 4: peak 171 → 212 MB);
+    A caching allocator (CTranslate2's, Marian's arena) reuses them; this makes glibc do so,
+    mostly: memalign's padding and small chunks between the blocks fragment the heap, so it can
+    hold more than the busiest batch (enfr-small int8, beam 4: peak 171 → 212 MB);
     `malloc_trim` still hands free pages back.
     """
     try:
