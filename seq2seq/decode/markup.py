@@ -32,6 +32,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sortedcontainers import SortedList
+
 FORMATS = ("html", "xml")
 VOID_ELEMENTS = frozenset(
     "area base br col embed hr img input link meta param source track wbr".split()
@@ -232,51 +234,56 @@ def _place(spans: list[Span], aligned: _Aligned) -> list[tuple[int, int]]:
     """Each span's output words (first, last), nested as in the source: a child inside its
     parent, siblings apart (`last < first`: no words)."""
     placed: list[tuple[int, int]] = []
-    # Under each parent, the words its children took so far: apart, so sorted by both ends.
-    taken: dict[int | None, tuple[list[int], list[int]]] = {}
+    # The words each parent's children took so far, as (parent, first, last), siblings apart:
+    # one sorted list, as a plain list's insert is linear (reversed alignments insert at its
+    # front) and a list per parent is garbage for the collector to walk.
+    taken = SortedList()
     for span in spans:  # in opening order: a parent is placed before its children
         first, last = aligned.span(span.first, span.last)
         if first > last:  # its words have no alignment: the place their neighbours leave
             first, last = aligned.between(span.first, span.last)
         bounds = (0, aligned.n_tgt - 1) if span.parent is None else placed[span.parent]
         first, last = max(first, bounds[0]), min(last, bounds[1])
-        starts, ends = taken.setdefault(span.parent, ([], []))
-        part = _free_part(first, last, starts, ends)
+        parent = -1 if span.parent is None else span.parent
+        part = _free_part(first, last, taken, parent)
         if part[0] > part[1] and first <= last:  # siblings took its words: a free one beside
-            part = _beside(first, last, bounds, starts, ends)
+            part = _beside(first, last, bounds, taken, parent)
         if part[0] <= part[1]:
-            at = bisect_left(starts, part[0])
-            starts.insert(at, part[0])
-            ends.insert(at, part[1])
+            taken.add((parent, *part))
         placed.append(part)
     return placed
 
 
-def _beside(first, last, bounds, starts: list[int], ends: list[int]) -> tuple[int, int]:
-    """The word just after [first, last], else just before, if it is within `bounds` and no
-    interval (starts[k], ends[k]) covers it: a tag whose words a sibling took (two tags aligned
-    to one output word) wraps its neighbour rather than nothing, so a document's run keeps its
-    formatting."""
+def _beside(first, last, bounds, taken: SortedList, parent: int) -> tuple[int, int]:
+    """The word just after [first, last], else just before, if it is within `bounds` and none
+    of `parent`'s children in `taken` covers it: a tag whose words a sibling took (two tags
+    aligned to one output word) wraps its neighbour rather than nothing, so a document's run
+    keeps its formatting."""
     for w in (last + 1, first - 1):
-        k = bisect_right(starts, w) - 1
-        if bounds[0] <= w <= bounds[1] and not (k >= 0 and ends[k] >= w):
+        k = taken.bisect_right((parent, w, _NONE)) - 1  # the last sibling starting by w
+        covered = k >= 0 and taken[k][0] == parent and taken[k][2] >= w
+        if bounds[0] <= w <= bounds[1] and not covered:
             return w, w
     return 1, 0
 
 
-def _free_part(first: int, last: int, starts: list[int], ends: list[int]) -> tuple[int, int]:
-    """The longest run of [first, last] that no interval (starts[k], ends[k]) covers, the
-    first of the longest; the intervals are apart and sorted."""
+def _free_part(first: int, last: int, taken: SortedList, parent: int) -> tuple[int, int]:
+    """The longest run of [first, last] that none of `parent`'s children in `taken` covers,
+    the first of the longest; siblings are apart, so sorted by both ends."""
     best, at = (1, 0), first
-    k = bisect_left(ends, first)  # the first interval that may cover part of the range
-    while at <= last:
-        covered = k < len(starts) and starts[k] <= last
-        stop = starts[k] - 1 if covered else last  # the free run is at..stop
-        if stop - at > best[1] - best[0]:
-            best = (at, stop)
-        if not covered:
+    k = taken.bisect_left((parent, first))  # the first sibling starting at or after `first`
+    if k > 0 and taken[k - 1][0] == parent and taken[k - 1][2] >= first:
+        k -= 1  # or the one before, as it reaches into the range
+    for owner, start, end in taken.islice(k):
+        if owner != parent or start > last:
             break
-        at, k = max(at, ends[k] + 1), k + 1
+        if start - 1 - at > best[1] - best[0]:
+            best = (at, start - 1)
+        at = max(at, end + 1)
+        if at > last:
+            return best
+    if last - at > best[1] - best[0]:
+        best = (at, last)
     return best
 
 
